@@ -1,0 +1,46 @@
+"""Crash-safe file writes (DESIGN.md §10): temp file in the same folder, fsync, rename, fsync folder."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Make a rename or a new entry in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def write_json_atomic(path: str | os.PathLike, obj) -> None:
+    write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+def append_line_durable(path: str | os.PathLike, line: str) -> None:
+    """Append one JSON line with a single write(2) on an O_APPEND descriptor, then fsync.
+
+    A single small append either lands whole or not at all when the process is killed, so a
+    reader never sees half a line from a SIGKILL (a power cut can still tear it; readers say so).
+    """
+    data = (line.rstrip("\n") + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)

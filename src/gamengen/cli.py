@@ -1,0 +1,203 @@
+"""The `gamengen` command: one verb per pipeline stage (DESIGN.md §2)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from .envs import EnvConfig
+from .errors import UserError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="Learn a game from recorded play and play the learned game in real time.")
+data_app = typer.Typer(no_args_is_help=True, help="Inspect, check, preview and export trajectory stores.")
+bench_app = typer.Typer(no_args_is_help=True, help="Speed figures measured on this machine.")
+app.add_typer(data_app, name="data")
+app.add_typer(bench_app, name="bench")
+console = Console(stderr=True)
+stdout = Console()
+
+
+@contextmanager
+def progress_bar(what: str, total: int, done: int = 0):
+    """A rich progress bar with rate and ETA; yields ``advance(n)``."""
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("ETA"),
+               TimeRemainingColumn()]
+    with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as p:
+        task = p.add_task(what, total=total, completed=done)
+        yield lambda n: p.advance(task, n)
+
+
+def parse_resolution(text: str) -> tuple[int, int]:
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+        return h, w
+    except ValueError:
+        raise UserError(f"bad resolution '{text}'", "write WIDTHxHEIGHT, e.g. 160x120 (paper preset: 320x240)") from None
+
+
+def record_config(env, policy, steps, episodes, seed, workers, resolution, frame_skip, automap, max_episode_steps):
+    from .record.recorder import RecordConfig
+
+    h, w = parse_resolution(resolution)
+    return RecordConfig(env_id=env, policy=policy, steps=steps, episodes=episodes, seed=seed, workers=workers,
+                        max_episode_steps=max_episode_steps,
+                        env=EnvConfig(height=h, width=w, frame_skip=frame_skip, automap=automap))
+
+
+ENV_HELP = "Game: vizdoom:freedoom1/E1M1, vizdoom:scenario/basic, atari:Breakout, gym:<id> or toy:cursor."
+
+
+@app.command()
+def record(
+    out: Path = typer.Option(..., "--out", help="Store folder (created, or resumed if it exists)."),
+    env: str = typer.Option("vizdoom:freedoom1/E1M1", help=ENV_HELP),
+    policy: str = typer.Option("random", help="random (paper's sticky random play) or scripted."),
+    steps: Optional[int] = typer.Option(None, help="Total env steps over all workers."),
+    episodes: Optional[int] = typer.Option(None, help="Total episodes over all workers (instead of --steps)."),
+    workers: int = typer.Option(1, help="Parallel processes, each writing its own shard."),
+    seed: int = typer.Option(0, help="Seeds every episode; same seed + same store = resume."),
+    resolution: str = typer.Option("160x120", help="WIDTHxHEIGHT (paper preset: 320x240)."),
+    frame_skip: int = typer.Option(1, help="Game tics per step (DOOM: 35 tics/s)."),
+    automap: bool = typer.Option(False, help="ViZDoom: also store the automap."),
+    max_episode_steps: int = typer.Option(1000, help="Cut (truncate) episodes at this length."),
+):
+    """Play a game with a policy and write every step to a trajectory store. Re-run to resume."""
+    from .record.recorder import progress_done
+    from .record.recorder import record as run_record
+    from .data.store import Store
+
+    cfg = record_config(env, policy, steps, episodes, seed, workers, resolution, frame_skip, automap,
+                        max_episode_steps)
+    total = steps if steps is not None else episodes
+    done = progress_done(Store.open(out), cfg) if (out / "store.json").exists() else 0
+    unit = "steps" if steps is not None else "episodes"
+    with progress_bar(f"recording {env} ({unit})", total, done) as advance:
+        store = run_record(out, cfg, advance)
+    recs = store.episodes()
+    typer.echo(f"{store.root}: {len(recs)} episodes, {sum(r.length for r in recs)} frames")
+
+
+@data_app.command("info")
+def data_info(store: Path, as_json: bool = typer.Option(False, "--json", help="Print JSON.")):
+    """Counts, sizes and metadata of a store."""
+    from .data.export import store_info
+    from .data.store import Store
+
+    info = store_info(Store.open(store))
+    if as_json:
+        typer.echo(json.dumps(info, indent=2))
+        return
+    table = Table(show_header=False, title=f"store {info['store']}")
+    for k, v in info.items():
+        if k == "bytes_on_disk" or k == "bytes_raw":
+            v = f"{v / 1e6:.1f} MB"
+        elif isinstance(v, float):
+            v = f"{v:.2f}"
+        table.add_row(k, str(v))
+    stdout.print(table)
+
+
+@data_app.command("verify")
+def data_verify(store: Path, quick: bool = typer.Option(False, help="Checksums only; skip decoding every chunk.")):
+    """Check checksums and structure of every listed episode. Exit 1 if anything is wrong."""
+    from .data.store import Store
+    from .data.verify import verify_store
+
+    st = Store.open(store)
+    with progress_bar("verifying episodes", len(st.episodes())) as advance:
+        problems, notes = verify_store(st, deep=not quick, report=advance)
+    for n in notes:
+        typer.echo(f"note: {n}")
+    for p in problems:
+        typer.echo(f"FAIL {p}")
+    if problems:
+        typer.echo(f"verify: {len(problems)} problem(s) in {store}")
+        raise typer.Exit(1)
+    typer.echo(f"verify: OK, {len(st.episodes())} episodes in {store}")
+
+
+@data_app.command("preview")
+def data_preview(
+    store: Path,
+    out: Path = typer.Option(Path("preview.mp4"), "--out", help=".mp4 or .gif"),
+    episode: Optional[str] = typer.Option(None, help="Episode id (default: the first listed)."),
+    start: int = typer.Option(0, help="First step."),
+    frames: int = typer.Option(300, help="How many steps."),
+    scale: int = typer.Option(3, help="Pixel upscale."),
+):
+    """Write a video of an episode with step, action and reward written on each frame."""
+    from .data.export import preview_episode
+    from .data.store import Store
+
+    st = Store.open(store)
+    recs = st.episodes()
+    if not recs:
+        raise UserError(f"{store} lists no episodes", "record some with `gamengen record`")
+    rec = st.find(episode) if episode else recs[0]
+    n = preview_episode(st, rec, out, start, frames, scale)
+    typer.echo(f"wrote {out} ({n} frames of {rec.path})")
+
+
+@data_app.command("export")
+def data_export(
+    store: Path,
+    out: Path = typer.Option(..., "--out", help="New folder for videos/, actions.csv, episodes.csv."),
+    crf: int = typer.Option(18, help="H.264 quality (0 = best). The store stays the lossless source."),
+):
+    """Export mp4 videos plus CSV tables of actions, rewards and game variables."""
+    from .data.export import export_store
+    from .data.store import Store
+
+    st = Store.open(store)
+    with progress_bar("exporting episodes", len(st.episodes())) as advance:
+        res = export_store(st, out, crf, advance)
+    typer.echo(f"exported {res['episodes']} episodes to {res['out']}")
+
+
+@bench_app.command("record")
+def bench_record_cmd(
+    env: str = typer.Option("vizdoom:freedoom1/E1M1", help=ENV_HELP),
+    policy: str = typer.Option("random"),
+    steps: int = typer.Option(20000, help="Frames per phase, over all workers."),
+    workers: int = typer.Option(2),
+    resolution: str = typer.Option("160x120"),
+    frame_skip: int = typer.Option(1),
+    max_episode_steps: int = typer.Option(1000),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Frames/s written to a store beside raw env frames/s, measured in the same run."""
+    from .bench import bench_record
+
+    cfg = record_config(env, policy, steps, None, 0, workers, resolution, frame_skip, False, max_episode_steps)
+    with progress_bar("recording into a temporary store", steps) as advance:
+        res = bench_record(cfg, advance)
+    if as_json:
+        typer.echo(json.dumps(res, indent=2))
+        return
+    typer.echo(f"{res['env_id']} {res['resolution']}, {res['workers']} workers, {res['policy']} policy, "
+               f"{res['frames']} frames; {res['machine']}")
+    typer.echo("                  steady frames/s   wall frames/s (start-up included)")
+    typer.echo(f"  raw env:        {res['env_fps_steady']:15.0f}   {res['env_fps']:13.0f}")
+    typer.echo(f"  into the store: {res['store_fps_steady']:15.0f}   {res['store_fps']:13.0f}")
+    typer.echo(f"  store/raw (steady): {res['store_vs_env']:.2f}; {res['bytes_per_frame'] / 1e3:.1f} kB/frame on disk")
+
+
+def main() -> None:
+    try:
+        app()
+    except UserError as e:
+        typer.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        typer.echo("interrupted; re-run the same command to resume", err=True)
+        sys.exit(130)
