@@ -21,6 +21,7 @@ class GymEnv:
             import ale_py
 
             gym.register_envs(ale_py)  # ALE/* ids; the ROMs ship inside the ale-py wheel
+            ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no banner on stderr
         except ImportError:  # pragma: no cover - ale-py is a dependency
             pass
         try:

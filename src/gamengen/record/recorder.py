@@ -22,7 +22,7 @@ import numpy as np
 from ..data.store import ShardWriter, Store, StoreSpec
 from ..envs import EnvConfig, GameEnv, make_env
 from ..errors import UserError
-from .policies import make_policy
+from .policies import POLICIES, make_policy
 
 
 @dataclass
@@ -38,6 +38,8 @@ class RecordConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
 
     def __post_init__(self):
+        if self.policy not in POLICIES:
+            raise UserError(f"unknown policy '{self.policy}'", "use --policy " + " or --policy ".join(POLICIES))
         if (self.steps is None) == (self.episodes is None):
             raise UserError("give exactly one of --steps and --episodes", "e.g. --steps 20000")
         if (self.steps or self.episodes or 0) < 1:

@@ -1,0 +1,51 @@
+"""Shared helpers: run the real CLI in a subprocess and snapshot folders for 'nothing changed' checks."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def cli(*args, check: bool = False, timeout: float = 600, **kw) -> subprocess.CompletedProcess:
+    """Run `gamengen ARGS` as a user would, capturing output."""
+    res = subprocess.run([sys.executable, "-m", "gamengen", *map(str, args)], capture_output=True, text=True,
+                         timeout=timeout, **kw)
+    if check and res.returncode != 0:
+        raise AssertionError(f"gamengen {' '.join(map(str, args))} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
+    return res
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every file under root with its content hash (to prove a refused command changed nothing)."""
+    out = {}
+    for p in sorted(Path(root).rglob("*")):
+        if p.is_file():
+            out[p.relative_to(root).as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()
+        elif p.is_dir():
+            out[p.relative_to(root).as_posix() + "/"] = ""
+    return out
+
+
+@pytest.fixture(scope="session")
+def toy_store(tmp_path_factory) -> Path:
+    """A small toy-game store recorded once through the CLI, with two workers."""
+    out = tmp_path_factory.mktemp("toy") / "store"
+    cli("record", "--env", "toy:cursor", "--steps", "1500", "--workers", "2", "--out", out, "--seed", "7", check=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def doom_store(tmp_path_factory) -> Path:
+    """Real Freedoom E1M1 random play (short)."""
+    out = tmp_path_factory.mktemp("doom") / "store"
+    cli("record", "--env", "vizdoom:freedoom1/E1M1", "--policy", "random", "--steps", "600", "--workers", "2",
+        "--max-episode-steps", "200", "--out", out, check=True)
+    return out
+
+
+os.environ.setdefault("PYTHONUNBUFFERED", "1")
