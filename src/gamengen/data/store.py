@@ -193,7 +193,9 @@ class Store:
     def episodes(self) -> list[EpisodeRecord]:
         records = []
         for shard in self.shards():
-            records += read_manifest(self.root / shard / "manifest.jsonl")
+            for rec in read_manifest(self.root / shard / "manifest.jsonl"):
+                rec.shard = shard  # the folder holding the manifest, so a renamed shard still reads right
+                records.append(rec)
         return records
 
     def find(self, episode_id: str) -> EpisodeRecord:

@@ -11,15 +11,18 @@ from ..errors import UserError
 
 
 def overlay(frame: np.ndarray, lines: list[str], scale: int) -> np.ndarray:
-    """Upscale a frame (nearest, so pixels stay visible) and write text lines on a dark band."""
-    img = Image.fromarray(frame).resize((frame.shape[1] * scale, frame.shape[0] * scale), Image.Resampling.NEAREST)
+    """Upscale a frame (nearest, so pixels stay visible) and write text lines on a band below it,
+    so the game's own status bar stays visible."""
     size = max(10, 5 * scale)
-    font = ImageFont.load_default(size=size)
-    draw = ImageDraw.Draw(img)
     band = (size + 4) * len(lines) + 4
-    draw.rectangle([0, img.height - band, img.width, img.height], fill=(0, 0, 0))
+    band += band % 2  # H.264 wants even sizes
+    h, w = frame.shape[0] * scale, frame.shape[1] * scale
+    img = Image.new("RGB", (w, h + band))
+    img.paste(Image.fromarray(frame).resize((w, h), Image.Resampling.NEAREST))
+    draw = ImageDraw.Draw(img)
+    font = ImageFont.load_default(size=size)
     for i, line in enumerate(lines):
-        draw.text((4, img.height - band + 2 + i * (size + 4)), line, fill=(255, 255, 0), font=font)
+        draw.text((4, h + 2 + i * (size + 4)), line, fill=(255, 255, 0), font=font)
     return np.asarray(img)
 
 
@@ -40,8 +43,8 @@ def write_video(path: Path, frames, fps: float, crf: int = 18) -> None:
     if suffix == ".gif":
         imageio.mimsave(tmp, list(frames), duration=1000.0 / fps, loop=0)
     else:
-        writer = imageio.get_writer(tmp, fps=fps, codec="libx264", macro_block_size=2,
-                                    ffmpeg_params=["-crf", str(crf), "-pix_fmt", "yuv420p"])
+        writer = imageio.get_writer(tmp, fps=fps, codec="libx264", macro_block_size=2, pixelformat="yuv420p",
+                                    ffmpeg_params=["-crf", str(crf)])
         with writer:
             for f in frames:
                 writer.append_data(f)

@@ -56,6 +56,7 @@ class VizdoomEnv:
             game.set_doom_map(name.upper())
             game.set_episode_timeout(EPISODE_TIMEOUT_TICS)
             game.set_episode_start_time(1)
+            game.set_render_hud(True)  # the status bar (health, ammo) is part of the picture, as in the paper
             buttons = DOOM_BUTTONS
             actions = DOOM_ACTIONS
             variables = DOOM_VARIABLES

@@ -93,7 +93,8 @@ def record_shard(root: Path, cfg: RecordConfig, worker: int, report: Callable[[i
             limit = cfg.max_episode_steps if cfg.steps is None else min(cfg.max_episode_steps, left)
             env_seed, policy_seed = episode_seeds(cfg.seed, worker, index)
             writer = shard.begin(f"e{index:06d}", {"policy": policy.id, "seed": cfg.seed, "worker": worker,
-                                                   "index": index, "env_seed": env_seed})
+                                                   "index": index, "env_seed": env_seed,
+                                                   "game_version": env.game_version})
             policy.reset(np.random.default_rng(policy_seed))
             obs = env.reset(env_seed)
             while True:
