@@ -225,8 +225,11 @@ class ShardWriter:
         self.store = store
         self.shard = shard
         self.dir = store.root / shard
-        self.dir.mkdir(exist_ok=True)
-        self._lock = open(self.dir / ".lock", "a")
+        try:
+            self.dir.mkdir(exist_ok=True)
+            self._lock = open(self.dir / ".lock", "a")
+        except OSError as e:
+            raise UserError(f"cannot write to {self.dir}: {e.strerror}", "pick a writable --out folder") from None
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -120,9 +120,9 @@ def record_shard(root: Path, cfg: RecordConfig, worker: int, report: Callable[[i
 
 def progress_done(store: Store, cfg: RecordConfig) -> int:
     """Steps (or episodes) already recorded in this run's shards, for the progress bar on resume."""
-    done = 0
+    done, records = 0, store.episodes()
     for w in range(cfg.workers):
-        recs = [r for r in store.episodes() if r.shard == f"s{cfg.seed}-w{w}"]
+        recs = [r for r in records if r.shard == f"s{cfg.seed}-w{w}"]
         done += min(cfg.budget(w), sum(r.length for r in recs) if cfg.steps is not None else len(recs))
     return done
 
