@@ -1,0 +1,1 @@
+"""Trajectory store: format, writer, reader, windows, verify, export (docs/dataset.md)."""

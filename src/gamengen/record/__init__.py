@@ -1,0 +1,1 @@
+"""Recording play into a trajectory store: policies and the (parallel, resumable) recorder."""
