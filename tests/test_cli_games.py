@@ -72,4 +72,4 @@ def test_scripted_policy_and_episodes_budget(tmp_path):
 def test_bench_record_prints_both_figures():
     res = cli("bench", "record", "--env", "toy:cursor", "--steps", "2000", "--json", check=True)
     figures = json.loads(res.stdout)
-    assert figures["frames"] == 2000 and figures["env_fps"] > 0 and figures["store_fps"] > 0
+    assert figures["frames"] == 2000 and {"env_fps", "store_fps", "store_fps_steady"} <= set(figures)
