@@ -360,14 +360,15 @@ class EpisodeWriter:
         for arr in self._images.values():
             arr.resize((T, *arr.shape[1:]))
         g = self.group
-        table = dict(chunks=(TABLE_CHUNK,), compressors=[ZstdCodec(level=3), Crc32cCodec()])
+        codecs = [ZstdCodec(level=3), Crc32cCodec()]
+        table = dict(chunks=(TABLE_CHUNK,), compressors=codecs)
         g.create_array("actions", data=np.asarray(self.actions, np.int16), **table)
         g.create_array("rewards", data=np.asarray(self.rewards, np.float32), **table)
         g.create_array("terminated", data=np.asarray(self.terminated, bool), **table)
         g.create_array("truncated", data=np.asarray(self.truncated, bool), **table)
         nv = len(self.spec.variables)
         g.create_array("game_variables", data=np.asarray(self.variables, np.float32).reshape(T, nv),
-                       chunks=(TABLE_CHUNK, max(nv, 1)), compressors=[ZstdCodec(level=3), Crc32cCodec()])
+                       chunks=(TABLE_CHUNK, max(nv, 1)), compressors=codecs)
         meta = {**self.meta, "return": float(np.sum(self.rewards)), "terminated": self.terminated[-1],
                 "truncated": self.truncated[-1], "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         g.attrs.update({"length": T, "meta": meta, **self.spec.to_json()})

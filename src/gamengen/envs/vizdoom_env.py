@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
 
 from ..errors import UserError
 from .base import ActionSet, EnvConfig, Step
