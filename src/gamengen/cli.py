@@ -164,6 +164,74 @@ def data_export(
     typer.echo(f"exported {res['episodes']} episodes to {res['out']}")
 
 
+agent_app = typer.Typer(help="Stage 1: a PPO agent that plays the game; its whole training run is recorded.")
+app.add_typer(agent_app, name="agent")
+
+
+@agent_app.callback(invoke_without_command=True)
+def agent(
+    ctx: typer.Context,
+    out: Optional[Path] = typer.Option(None, "--out", help="Run folder (created, or resumed if it exists)."),
+    env: str = typer.Option("vizdoom:freedoom1/E1M1", help="A ViZDoom map or scenario with position variables."),
+    steps: int = typer.Option(1_000_000, help="Game frames the learner plays, all games together."),
+    n_envs: int = typer.Option(8, help="Parallel games (paper: 8)."),
+    n_steps: int = typer.Option(512, help="Decisions per game per PPO rollout (paper: 512)."),
+    n_epochs: int = typer.Option(10, help="PPO epochs per rollout (paper: 10)."),
+    batch_size: int = typer.Option(64, help="PPO minibatch (paper: 64)."),
+    learning_rate: float = typer.Option(1e-4, help="Adam learning rate (paper: 1e-4)."),
+    ent_coef: float = typer.Option(0.1, help="Entropy bonus (paper: 0.1)."),
+    gamma: float = typer.Option(0.99, help="Discount (paper: 0.99)."),
+    hold: int = typer.Option(4, help="Frames each action is held (paper: 4)."),
+    repeat_prob: float = typer.Option(0.25, help="Chance to keep the previous action at a decision."),
+    max_episode_frames: int = typer.Option(2048, help="Cut episodes at this many frames."),
+    vec_env: str = typer.Option("subprocess", help="subprocess or inprocess games."),
+    eval_every: int = typer.Option(100_000, help="Frames between recorded evaluation episodes."),
+    seed: int = typer.Option(0),
+    bf16: bool = typer.Option(True, help="bf16 autocast for the CNNs (fast on CPUs with bf16 units)."),
+):
+    """Train the PPO agent with the GameNGen shaped reward (re-run to resume), or see `agent report`."""
+    if ctx.invoked_subcommand:
+        return
+    if out is None:
+        raise UserError("missing --out", "e.g. gamengen agent --out runs/agent")
+    from .agent.train import AgentConfig, replace, train
+
+    cfg = replace(AgentConfig(), steps=steps, n_envs=n_envs, n_steps=n_steps, n_epochs=n_epochs,
+                  batch_size=batch_size, learning_rate=learning_rate, ent_coef=ent_coef, gamma=gamma,
+                  vec_env=vec_env, eval_every=eval_every, bf16=bf16, **{
+                      "env.env_id": env, "env.hold": hold, "env.repeat_prob": repeat_prob,
+                      "env.max_episode_frames": max_episode_frames, "env.seed": seed})
+    with progress_bar(f"PPO on {env} (frames)", steps) as advance:
+        last = [0]
+
+        def report(done, total):
+            advance(done - last[0])
+            last[0] = done
+
+        train(out, cfg, report)
+    typer.echo(f"{out}: policy exported to {out / 'policy'}; record with --policy agent:{out / 'policy'}")
+
+
+@agent_app.command("report")
+def agent_report(
+    run: Path,
+    compare: list[str] = typer.Option([], help="NAME=STORE to measure beside it, e.g. random=data/random."),
+    out: Optional[Path] = typer.Option(None, help="Folder for agent_report.{md,json,png} (default: the run)."),
+):
+    """Shaped reward, kills and map coverage over training, plus a table for other stores."""
+    from .agent.report import report
+
+    pairs = {}
+    for c in compare:
+        name, sep, path = c.partition("=")
+        if not sep or not name or not path:
+            raise UserError(f"bad --compare '{c}'", "write NAME=STORE, e.g. --compare random=data/random")
+        pairs[name] = path
+    res = report(run, pairs, out)
+    where = out or run
+    typer.echo(f"wrote {where}/agent_report.md, .json and .png ({res['curve']['episodes']} agent episodes)")
+
+
 @bench_app.command("record")
 def bench_record_cmd(
     env: str = typer.Option("vizdoom:freedoom1/E1M1", help=ENV_HELP),

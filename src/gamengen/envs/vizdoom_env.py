@@ -112,7 +112,9 @@ class VizdoomEnv:
             # ViZDoom gives no picture after the final action
             dead = game.is_player_dead()
             timeout = game.is_episode_timeout_reached()
-            return Step(None, reward, terminated=dead or not timeout, truncated=timeout and not dead)
+            # DEAD tells a death from a map exit, which the shaped reward (App. A.3) needs
+            return Step(None, reward, terminated=dead or not timeout, truncated=timeout and not dead,
+                        variables={"DEAD": float(dead)})
         state = game.get_state()
         variables = dict(zip(self.variable_names, map(float, state.game_variables)))
         images = {"automap": state.automap_buffer} if self.config.automap else {}

@@ -82,6 +82,10 @@ POLICIES = {"random": RandomPolicy, "scripted": ScriptedPolicy}
 
 
 def make_policy(name: str, action_set: ActionSet):
+    if name.startswith("agent:"):  # an exported PPO agent (gamengen agent); needs torch and SB3
+        from ..agent.policy import AgentPolicy
+
+        return AgentPolicy(name[len("agent:"):], action_set)
     if name not in POLICIES:
         raise UserError(f"unknown policy '{name}'", "use --policy random or --policy scripted")
     return POLICIES[name](action_set)

@@ -8,6 +8,7 @@ the last complete episode ended and produces the same data an uninterrupted run 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import multiprocessing as mp
 import os
 import signal
@@ -38,8 +39,13 @@ class RecordConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
 
     def __post_init__(self):
-        if self.policy not in POLICIES:
-            raise UserError(f"unknown policy '{self.policy}'", "use --policy " + " or --policy ".join(POLICIES))
+        if self.policy not in POLICIES and not self.policy.startswith("agent:"):
+            raise UserError(f"unknown policy '{self.policy}'",
+                            "use --policy " + " or --policy ".join(POLICIES) + " or --policy agent:<policy folder>")
+        # The automap is stored only when asked for; an agent policy sees it either way (its input).
+        self.stored_images = ("automap",) if self.env.automap else ()
+        if self.policy.startswith("agent:"):
+            self.env = dataclasses.replace(self.env, automap=True)
         if (self.steps is None) == (self.episodes is None):
             raise UserError("give exactly one of --steps and --episodes", "e.g. --steps 20000")
         if (self.steps or self.episodes or 0) < 1:
@@ -60,10 +66,12 @@ class RecordConfig:
                 "max_episode_steps": self.max_episode_steps}
 
 
-def spec_of(env: GameEnv, compression_level: int = 1) -> StoreSpec:
+def spec_of(env: GameEnv, compression_level: int = 1, images: tuple[str, ...] | None = None) -> StoreSpec:
+    """The store spec of ``env``'s data; ``images`` narrows which extra pictures are stored."""
     c = env.config
+    images = tuple(env.image_names) if images is None else images
     return StoreSpec(env.env_id, c.height, c.width, env.action_set, c.frame_skip, env.fps,
-                     tuple(env.variable_names), tuple(env.image_names), compression_level)
+                     tuple(env.variable_names), images, compression_level)
 
 
 def episode_seeds(seed: int, worker: int, index: int) -> tuple[int, int]:
@@ -154,7 +162,8 @@ def record(out: str | os.PathLike, cfg: RecordConfig, report: Callable[[int], No
     timings = [] if timings is None else timings
     env = make_env(cfg.env_id, cfg.env)  # validates the env id and finds the store spec
     try:
-        store = Store.create_or_open(out, spec_of(env, cfg.compression_level))
+        make_policy(cfg.policy, env.action_set)  # a bad policy fails before anything is written
+        store = Store.create_or_open(out, spec_of(env, cfg.compression_level, cfg.stored_images))
     except BaseException:
         env.close()
         raise

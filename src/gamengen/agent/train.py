@@ -1,0 +1,250 @@
+"""`gamengen agent`: PPO on DOOM with the shaped reward, every played frame recorded (paper §4.1).
+
+A run folder holds everything::
+
+    <run>/config.json        the AgentConfig; a resumed run must match it (the step budget may grow)
+    <run>/store/             trajectory store: shards agent-train-<env> and agent-eval-0
+    <run>/checkpoint/        SB3's own format, for resuming this run only (ppo.zip + checkpoint.json)
+    <run>/policy/            the exported policy: model.safetensors + config.json
+    <run>/tb/                TensorBoard logs
+
+Killed at any moment, the same command resumes from the last checkpoint. Games cannot be
+checkpointed mid-episode, so the episodes in flight are dropped (the store discards their temporary
+folders) and new ones start; every episode that was listed stays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..atomic import fsync_dir, write_json_atomic
+from ..errors import UserError
+from .env import AgentEnvConfig, DoomAgentEnv
+from .reward import RewardConfig
+
+
+@dataclass
+class AgentConfig:
+    """Defaults are the paper's PPO settings (§4.1); only the step budget is ours (CPU-bound)."""
+
+    env: AgentEnvConfig = field(default_factory=AgentEnvConfig)
+    steps: int = 1_000_000  # game frames played by the learner (decisions x hold), all envs together
+    n_envs: int = 8  # parallel games
+    n_steps: int = 512  # decisions per env per rollout
+    gamma: float = 0.99
+    ent_coef: float = 0.1
+    batch_size: int = 64
+    n_epochs: int = 10
+    learning_rate: float = 1e-4
+    # The shaped reward is in the hundreds to thousands; scaling it keeps the value loss, which
+    # shares the CNN with the policy, from swamping the policy gradient (SB3 normalises advantages).
+    reward_scale: float = 0.001
+    features_per_image: int = 512
+    head_width: int = 256
+    bf16: bool = True  # bf16 autocast for the CNNs (see policy.AgentFeatures)
+    vec_env: str = "subprocess"  # or "inprocess"; docs/agent.md has the measurement
+    record: bool = True  # write every played frame to <run>/store (off only to measure its cost)
+    eval_every: int = 100_000  # frames between evaluation episodes (recorded too, phase "eval")
+    eval_episodes: int = 2
+    checkpoint_every: int = 1  # rollouts between checkpoints
+    device: str = "auto"
+
+    def __post_init__(self):
+        if self.vec_env not in ("subprocess", "inprocess"):
+            raise UserError(f"unknown vec env '{self.vec_env}'", "use subprocess or inprocess")
+        for name in ("steps", "n_envs", "n_steps", "batch_size", "n_epochs"):
+            if getattr(self, name) < 1:
+                raise UserError(f"{name} must be at least 1, got {getattr(self, name)}", f"pass a positive --{name}")
+
+    def frames_per_rollout(self) -> int:
+        return self.n_envs * self.n_steps * self.env.hold
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "AgentConfig":
+        env = dict(d.pop("env"))
+        reward = RewardConfig(**env.pop("reward"))
+        return cls(env=AgentEnvConfig(**env, reward=reward), **d)
+
+
+def _make_env(cfg: AgentEnvConfig, index: int, store: str | None, subprocess: bool, reward_scale: float):
+    def make():
+        from gymnasium.wrappers import TransformReward
+
+        if subprocess:
+            from ..record.recorder import _die_with_parent
+
+            _die_with_parent()  # a killed learner leaves no game (and no shard lock) behind
+        return TransformReward(DoomAgentEnv(cfg, index, store, "train"), lambda r: r * reward_scale)
+
+    return make
+
+
+def _checkpoint(model, folder: Path, frames: int) -> None:
+    """SB3 zip written under a temporary name, fsynced, then renamed over the old one."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / "ppo.tmp.zip"
+    model.save(tmp)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, folder / "ppo.zip")
+    write_json_atomic(folder / "checkpoint.json", {"num_timesteps": int(model.num_timesteps), "frames": frames,
+                                                   "saved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    fsync_dir(folder)
+
+
+def export_config(cfg: AgentConfig, env: DoomAgentEnv, frames: int) -> dict:
+    e = env.game
+    return {"kind": "gamengen-agent-policy", "env_id": cfg.env.env_id, "actions": list(e.action_set.names),
+            "height": e.config.height, "width": e.config.width, "hold": cfg.env.hold,
+            "repeat_prob": cfg.env.repeat_prob, "history": cfg.env.history,
+            "features_per_image": cfg.features_per_image, "head_width": cfg.head_width, "trained_frames": frames}
+
+
+def open_run(out: Path, cfg: AgentConfig) -> None:
+    """Create the run folder, or check that an existing one was made with the same settings."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create run folder {out}: {e.strerror}", "pick a writable --out folder") from None
+    if not out.is_dir():
+        raise UserError(f"{out} is not a folder", "pick another --out")
+    path = out / "config.json"
+    mine = cfg.to_json()
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            raise UserError(f"{path} is not valid JSON", "restore it, or start a new run with another --out") from None
+        diff = [k for k in mine if k != "steps" and old.get(k) != mine[k]]
+        if diff:
+            raise UserError(f"run {out} was started with other settings ({', '.join(diff)})",
+                            "re-run with the original settings to resume, or use another --out")
+    write_json_atomic(path, mine)
+
+
+def train(out: str | os.PathLike, cfg: AgentConfig, report: Callable[[int, int], None] = lambda done, total: None):
+    """Train (or resume) the agent in run folder ``out``; ``report(frames_done, frames_total)``."""
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    from ..data.store import Store
+    from ..record.recorder import spec_of
+    from .policy import export_policy, policy_kwargs
+
+    out = Path(out)
+    open_run(out, cfg)
+    store = out / "store"
+    probe = DoomAgentEnv(cfg.env, 0, None)  # validates the env id; gives the spec and sizes
+    try:
+        Store.create_or_open(store, spec_of(probe.game, images=()))  # once here, before the workers race
+        policy_config = lambda frames: export_config(cfg, probe, frames)  # noqa: E731
+    finally:
+        probe.close()
+    sub = cfg.vec_env == "subprocess"
+    makers = [_make_env(cfg.env, i, str(store) if cfg.record else None, sub, cfg.reward_scale)
+              for i in range(cfg.n_envs)]
+    venv = SubprocVecEnv(makers, start_method="spawn") if sub else DummyVecEnv(makers)
+    hold = cfg.env.hold
+    ckpt = out / "checkpoint" / "ppo.zip"
+    try:
+        if ckpt.exists():
+            model = PPO.load(ckpt, env=venv, device=cfg.device, tensorboard_log=str(out / "tb"))
+        else:
+            model = PPO("MultiInputPolicy", venv, learning_rate=cfg.learning_rate, n_steps=cfg.n_steps,
+                        batch_size=cfg.batch_size, n_epochs=cfg.n_epochs, gamma=cfg.gamma, ent_coef=cfg.ent_coef,
+                        policy_kwargs=policy_kwargs(cfg.features_per_image, cfg.head_width, cfg.bf16),
+                        tensorboard_log=str(out / "tb"), device=cfg.device, seed=cfg.env.seed, verbose=0)
+        torch.set_num_threads(max(1, os.cpu_count() or 1))
+
+        eval_env = None
+
+        def frames_of(timesteps: int) -> int:
+            return int(timesteps) * hold
+
+        class Recorder(BaseCallback):
+            """Checkpoints, tells the games the training step, logs episode stats, evaluates."""
+
+            def __init__(self):
+                super().__init__()
+                self.rollouts = 0
+                self.next_eval = (frames_of(model.num_timesteps) // cfg.eval_every + 1) * cfg.eval_every
+
+            def _on_rollout_start(self) -> None:
+                # SB3 updates the policy between two rollouts: checkpoint the updated one
+                # (self.num_timesteps lags until the first step; the model's count is current)
+                if self.rollouts and self.rollouts % cfg.checkpoint_every == 0:
+                    save(model.num_timesteps)
+                self.training_env.env_method("set_training_step", frames_of(model.num_timesteps))
+
+            def _on_step(self) -> bool:
+                for info in self.locals["infos"]:
+                    stats = info.get("episode_stats")
+                    if stats:
+                        for k in ("shaped_return", "kills", "coverage"):
+                            self.logger.record_mean(f"episode/{k}", stats[k])
+                if self.num_timesteps % (cfg.n_envs * 16) == 0:
+                    report(frames_of(self.num_timesteps), cfg.steps)
+                return True
+
+            def _on_rollout_end(self) -> None:
+                self.rollouts += 1
+                frames = frames_of(self.num_timesteps)
+                if frames >= self.next_eval:
+                    self.next_eval += cfg.eval_every
+                    for stats in evaluate(frames):
+                        for k in ("shaped_return", "kills", "coverage"):
+                            self.logger.record_mean(f"eval/{k}", stats[k])
+
+        def evaluate(frames: int) -> list[dict]:
+            nonlocal eval_env
+            if eval_env is None:
+                eval_env = DoomAgentEnv(cfg.env, 0, str(store) if cfg.record else None, "eval")
+            eval_env.training_step = frames
+            results = []
+            for _ in range(cfg.eval_episodes):
+                obs, _ = eval_env.reset()
+                while True:
+                    action, _ = model.predict(obs, deterministic=False)
+                    obs, _, term, trunc, info = eval_env.step(int(action))
+                    if term or trunc:
+                        results.append(info["episode_stats"])
+                        break
+            return results
+
+        def save(timesteps: int) -> None:
+            frames = frames_of(timesteps)
+            _checkpoint(model, out / "checkpoint", frames)
+            export_policy(model.policy, out / "policy", policy_config(frames))
+
+        venv.env_method("set_training_step", frames_of(model.num_timesteps))  # learn() resets the games first
+        remaining = max(0, cfg.steps // hold - model.num_timesteps)
+        report(frames_of(model.num_timesteps), cfg.steps)
+        if remaining:
+            model.learn(remaining, callback=Recorder(), reset_num_timesteps=False, tb_log_name="ppo")
+            save(model.num_timesteps)
+        report(frames_of(model.num_timesteps), cfg.steps)
+        if eval_env is not None:
+            eval_env.close()
+        return model
+    finally:
+        venv.close()
+
+
+def replace(cfg: AgentConfig, **changes) -> AgentConfig:
+    """A copy of ``cfg`` with top-level or ``env.*`` fields changed (for the command line)."""
+    env_changes = {k[4:]: v for k, v in changes.items() if k.startswith("env.")}
+    top = {k: v for k, v in changes.items() if not k.startswith("env.")}
+    return dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, **env_changes), **top)

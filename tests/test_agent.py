@@ -1,0 +1,135 @@
+"""Stage 1: the shaped reward, the agent's env on real Freedoom, a tiny PPO run, export, resume, report."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import cli, snapshot
+from gamengen.agent.env import AgentEnvConfig, DoomAgentEnv
+from gamengen.agent.reward import CELL, NEEDED, RewardConfig, ShapedReward
+from gamengen.data.store import Store
+
+
+def variables(**changes) -> dict[str, float]:
+    v = {k: 0.0 for k in NEEDED}
+    v.update(HEALTH=100.0, AMMO2=50.0)
+    v.update(changes)
+    return v
+
+
+def test_shaped_reward_follows_the_paper_table():
+    r = ShapedReward(RewardConfig())
+    r.reset(variables())
+    assert r.step(variables()) == 0.0  # nothing happened
+    assert r.step(variables(KILLCOUNT=1, HITCOUNT=2)) == 1000 + 2 * 300
+    assert r.step(variables(KILLCOUNT=1, HITCOUNT=2, HITS_TAKEN=1, HEALTH=90)) == -100 + 10 * -10
+    # ammo: +10 per unit gained, -1 per unit spent
+    assert r.step(variables(KILLCOUNT=1, HITCOUNT=2, HITS_TAKEN=1, HEALTH=90, AMMO2=45)) == -5
+    assert r.step(variables(KILLCOUNT=1, HITCOUNT=2, HITS_TAKEN=1, HEALTH=90, AMMO2=47)) == 20
+    base = variables(KILLCOUNT=1, HITCOUNT=2, HITS_TAKEN=1, HEALTH=90, AMMO2=47)
+    # a new cell 3 cells (L1) from the start pays 20 * (1 + 0.5 * 3); coming back pays nothing
+    far = dict(base, POSITION_X=2 * CELL + 1, POSITION_Y=CELL + 1)
+    assert r.step(far) == 20 * (1 + 0.5 * 3)
+    assert r.step(base) == 0.0 and r.step(far) == 0.0
+    assert r.coverage == 2 and r.kills == 1
+    assert r.step({"DEAD": 1.0}) == -5000
+    assert r.step({"DEAD": 0.0}) == 0.0  # map exit
+
+
+def test_agent_env_passes_checker_and_records_every_frame(tmp_path):
+    from stable_baselines3.common.env_checker import check_env
+
+    cfg = AgentEnvConfig(max_episode_frames=40, repeat_prob=0.0)
+    env = DoomAgentEnv(cfg, index=3, store=str(tmp_path / "store"))
+    try:
+        check_env(env, warn=True)  # several resets; their unfinished episodes are dropped
+        obs, _ = env.reset()
+        assert obs["frame"].shape == (3, 120, 160) and obs["automap"].shape == (1, 120, 160)
+        assert (obs["actions"] == env.n).all()  # "no action yet"
+        actions, shown = [], [obs["frame"].transpose(1, 2, 0)]
+        while True:
+            a = int(np.random.default_rng(len(actions)).integers(env.n))
+            obs, r, term, trunc, info = env.step(a)
+            actions.append(a)
+            if term or trunc:
+                break
+            shown.append(obs["frame"].transpose(1, 2, 0))
+            assert obs["actions"][-1] == a
+        assert info["episode_stats"]["frames"] == 40
+    finally:
+        env.close()
+    store = Store.open(tmp_path / "store")
+    recs = store.episodes()
+    assert {r.shard for r in recs} == {"agent-train-3"} and recs[-1].length == 40
+    g = store.open_episode(recs[-1])  # the episode played above (the checker's come first)
+    # each decision holds its action for 4 frames; every frame is stored, the observed ones among them
+    assert list(g["actions"][:]) == [a for a in actions for _ in range(4)]
+    frames = g["frames"][:]
+    for i, f in enumerate(shown):
+        np.testing.assert_array_equal(frames[4 * i], f)
+    assert recs[-1].meta["phase"] == "train" and "coverage" in recs[-1].meta
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("agent") / "run"
+    args = ["agent", "--out", run, "--n-envs", "2", "--n-steps", "16", "--n-epochs", "1", "--max-episode-frames", "48",
+            "--vec-env", "inprocess", "--eval-every", "128", "--no-bf16"]
+    cli(*args, "--steps", "256", check=True)
+    first = json.loads((run / "checkpoint" / "checkpoint.json").read_text())
+    cli(*args, "--steps", "384", check=True)  # resumes from the checkpoint and plays the extra frames
+    return run, first
+
+
+def test_tiny_run_resumes_exports_and_records_everything(tiny_run):
+    run, first = tiny_run
+    assert first["frames"] == 256
+    assert json.loads((run / "checkpoint" / "checkpoint.json").read_text())["frames"] == 384
+    assert cli("data", "verify", run / "store").returncode == 0
+    store = Store.open(run / "store")
+    recs = store.episodes()
+    phases = {r.meta["phase"] for r in recs}
+    assert phases == {"train", "eval"}
+    steps = sorted({r.meta["training_step"] for r in recs if r.meta["phase"] == "train"})
+    assert steps[0] == 0 and steps[-1] >= 256  # episodes begun after the resume carry its step
+    assert {r.shard for r in recs} >= {"agent-train-0", "agent-train-1", "agent-eval-0"}
+    cfg = json.loads((run / "policy" / "config.json").read_text())
+    assert cfg["trained_frames"] == 384 and cfg["history"] == 32
+
+
+def test_resume_with_other_settings_is_refused(tiny_run):
+    run, _ = tiny_run
+    before = snapshot(run)
+    res = cli("agent", "--out", run, "--n-envs", "3", "--steps", "512", "--vec-env", "inprocess")
+    assert res.returncode == 2 and "n_envs" in res.stderr and "fix:" in res.stderr
+    assert snapshot(run) == before
+
+
+def test_record_with_exported_agent_and_report(tiny_run, tmp_path):
+    run, _ = tiny_run
+    out = tmp_path / "agentplay"
+    cli("record", "--policy", f"agent:{run / 'policy'}", "--episodes", "2", "--max-episode-steps", "40",
+        "--out", out, check=True)
+    recs = Store.open(out).episodes()
+    assert len(recs) == 2 and all(r.meta["policy"] == "agent:policy" for r in recs)
+    assert Store.open(out).spec.images == ()  # the agent saw the automap; the store keeps frames only
+    res = cli("agent", "report", run, "--compare", f"agent={out}", "--out", tmp_path / "rep", check=True)
+    md = (tmp_path / "rep" / "agent_report.md").read_text()
+    assert "| agent |" in md and (tmp_path / "rep" / "agent_report.png").stat().st_size > 1000
+    data = json.loads((tmp_path / "rep" / "agent_report.json").read_text())
+    assert data["compare"]["agent"]["coverage"]["n"] == 2
+    assert data["curve"]["train"] and data["curve"]["eval"]
+    assert "wrote" in res.stdout
+
+
+def test_bad_agent_folder_is_one_line_and_writes_nothing(tmp_path):
+    (tmp_path / "bogus").mkdir()
+    (tmp_path / "bogus" / "config.json").write_text("{not json")
+    for folder in (tmp_path / "missing", tmp_path / "bogus"):
+        res = cli("record", "--policy", f"agent:{folder}", "--episodes", "1", "--out", tmp_path / "store")
+        assert res.returncode == 2 and res.stderr.startswith("error:") and "fix:" in res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "store").exists()
