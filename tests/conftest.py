@@ -49,3 +49,4 @@ def doom_store(tmp_path_factory) -> Path:
 
 
 os.environ.setdefault("PYTHONUNBUFFERED", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does: no spinning threads on shared cores

@@ -11,6 +11,10 @@ import time
 from .record.recorder import RecordConfig, bench_env, record
 
 
+def machine() -> str:
+    return f"{platform.machine()}, {mp.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}"
+
+
 def bench_record(cfg: RecordConfig, report=lambda n: None) -> dict:
     """Raw env frames/s and frames/s written to a store, in one run, with the same workers and policy.
 
@@ -41,6 +45,53 @@ def bench_record(cfg: RecordConfig, report=lambda n: None) -> dict:
         "store_fps": stored / store_wall, "store_fps_steady": sum(n / dt for n, dt in timings),
         "store_vs_env": sum(n / dt for n, dt in timings) / sum(n / dt for n, dt in raw),
         "bytes_per_frame": disk / max(stored, 1),
-        "machine": f"{platform.machine()}, {mp.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}",
+        "machine": machine(),
     }
+
+
+def bench_train(preset: str = "cpu", steps: int = 10, height: int = 120, width: int = 160, n_actions: int = 12,
+                report=lambda n: None) -> dict:
+    """World-model training samples/s of a preset, fp32 and bf16 autocast in the same run, on
+    synthetic batches of the real shapes (the data path is measured by the store benchmarks), plus
+    the process's peak resident memory."""
+    import resource
+
+    import torch
+
+    from .diffusion.denoiser import Denoiser, TrainingNoise
+    from .models.autoencoder import AE_PRESETS, padded_size
+    from .train.world_model import TrainConfig, UNET_PRESETS
+    from .models.unet import ActionConditionedUNet
+
+    cfg = TrainConfig.from_preset(preset)
+    ae = AE_PRESETS[preset]
+    levels = len(UNET_PRESETS[preset]["block_out_channels"]) - 1
+    ph, pw = padded_size(height, width, ae.downsample * 2**levels)
+    shape = (ae.latent_channels, ph // ae.downsample, pw // ae.downsample)
+    net = ActionConditionedUNet(latent_channels=shape[0], latent_height=shape[1], latent_width=shape[2],
+                                context=cfg.context, n_actions=n_actions, **UNET_PRESETS[preset])
+    den = Denoiser(net, cfg.denoiser)
+    opt = torch.optim.Adafactor(net.parameters(), lr=cfg.learning_rate)
+    B = cfg.batch_size
+    ctx, tgt = torch.randn(B, cfg.context, *shape), torch.randn(B, *shape)
+    acts = torch.randint(0, n_actions, (B, cfg.context))
+    draws = TrainingNoise.draw([torch.Generator().manual_seed(i) for i in range(B)], shape, cfg.context, cfg.denoiser)
+    out = {"preset": preset, "batch": B, "context": cfg.context, "latent": list(shape),
+           "params_m": sum(p.numel() for p in net.parameters()) / 1e6, "machine": machine(),
+           "threads": torch.get_num_threads()}
+    for name, bf16 in (("fp32", False), ("bf16", True)):
+        times = []
+        for i in range(steps + 2):  # two warm-up steps
+            t0 = time.perf_counter()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = den.loss(tgt, ctx, acts, draws)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            times.append(time.perf_counter() - t0)
+            report(1)
+        out[f"{name}_samples_per_s"] = B / (sum(times[2:]) / steps)
+    out["bf16_vs_fp32"] = out["bf16_samples_per_s"] / out["fp32_samples_per_s"]
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
 

@@ -1,0 +1,1 @@
+"""Networks: the latent autoencoder and the action-conditioned U-Net (DESIGN §5)."""

@@ -1,0 +1,112 @@
+"""`gamengen train-ae`: the latent autoencoder, then the decoder fine-tune (paper §3.2.2).
+
+Stage 1 trains encoder and decoder together on store frames (pixel MSE + a tiny KL). Stage 2 freezes
+the encoder and trains the decoder alone on pixel MSE, as the paper does to sharpen small details
+such as the HUD; it cannot change the latents, so the world model's autoregression is unaffected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ..data.latents import split
+from ..data.store import Store
+from ..errors import UserError
+from ..models.autoencoder import AE_PRESETS, FrameCodec, build_autoencoder
+from .world_model import UNET_PRESETS
+
+
+@dataclass
+class AETrainConfig:
+    preset: str = "cpu"  # picks the AE size and, through the U-Net preset, the padding
+    steps: int = 3000  # stage 1: encoder + decoder
+    decoder_steps: int = 1000  # stage 2: decoder alone, encoder frozen
+    batch_size: int = 32
+    learning_rate: float = 1e-3
+    heldout: float = 0.1
+    seed: int = 0
+    pretrained: str | None = None  # a local diffusers VAE folder instead of stage 1
+
+    def __post_init__(self):
+        if self.preset not in AE_PRESETS:
+            raise UserError(f"unknown preset '{self.preset}'", "use one of: " + ", ".join(AE_PRESETS))
+
+
+class FrameSampler:
+    """Random training frames, a whole chunk-aligned run at a time (reads stay chunk-sized)."""
+
+    def __init__(self, store: Store, records, seed: int):
+        self.store, self.records = store, records
+        self.rng = np.random.default_rng(seed)
+        self.groups = {}
+
+    def batch(self, n: int) -> np.ndarray:
+        out = []
+        while len(out) < n:
+            r = self.records[int(self.rng.integers(len(self.records)))]
+            g = self.groups.setdefault(r.path, self.store.open_episode(r))
+            t = int(self.rng.integers(r.length))
+            out.extend(g["frames"][t : min(r.length, t + 8)])
+        return np.stack(out[:n])
+
+
+def train_autoencoder(data: str | Path, out: str | Path, cfg: AETrainConfig,
+                      report: Callable[[str, int, int, float], None] = lambda stage, s, total, loss: None) -> FrameCodec:
+    store = Store.open(data)
+    train_recs, _ = split(store.episodes(), cfg.heldout)
+    if not train_recs:
+        raise UserError(f"store {data} has no training episodes", "record some with `gamengen record`")
+    torch.manual_seed(cfg.seed)
+    ae_cfg = dataclasses.replace(AE_PRESETS[cfg.preset], pretrained=cfg.pretrained)
+    levels = len(UNET_PRESETS[cfg.preset]["block_out_channels"]) - 1
+    codec = FrameCodec(build_autoencoder(ae_cfg), store.spec.height, store.spec.width,
+                       pad_multiple=ae_cfg.downsample * 2**levels,
+                       meta={"preset": cfg.preset, "env_id": store.spec.env_id,
+                             "actions": list(store.spec.action_set.names)})
+    frames = FrameSampler(store, train_recs, cfg.seed)
+    H, W = codec.height, codec.width
+
+    def run(stage: str, steps: int, params, loss_fn) -> None:
+        opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)
+        for s in range(steps):
+            x = codec.to_pixels(frames.batch(cfg.batch_size))
+            loss = loss_fn(x)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            report(stage, s + 1, steps, float(loss))
+
+    ae = codec.ae.train()
+    mse = lambda a, b: torch.nn.functional.mse_loss(a[:, :, :H, :W], b[:, :, :H, :W])  # noqa: E731
+
+    def full(x):
+        post = ae.encode(x).latent_dist
+        return mse(ae.decode(post.sample()).sample, x) + ae_cfg.kl_weight * post.kl().mean()
+
+    def decoder_only(x):
+        with torch.no_grad():
+            z = ae.encode(x).latent_dist.mode()
+        return mse(ae.decode(z).sample, x)
+
+    if not cfg.pretrained:
+        run("autoencoder", cfg.steps, list(ae.parameters()), full)
+    decoder_params = list(ae.decoder.parameters()) + list(ae.post_quant_conv.parameters())
+    run("decoder fine-tune", cfg.decoder_steps, decoder_params, decoder_only)
+    ae.eval()
+    # Unit-variance latents, as SD's 0.18215 scale gives its VAE, so the diffusion schedule fits them.
+    with torch.no_grad():
+        z = torch.cat([ae.encode(codec.to_pixels(frames.batch(64))).latent_dist.mode() for _ in range(4)])
+    codec.scale = float(1.0 / z.std().clamp_min(1e-6))
+    codec.save(Path(out), card=(f"# gamengen autoencoder ({cfg.preset} preset)\n\nTrained by `gamengen train-ae` "
+                                f"on `{data}`: {0 if cfg.pretrained else cfg.steps} autoencoder steps, then "
+                                f"{cfg.decoder_steps} decoder-only steps (encoder frozen, pixel MSE; paper §3.2.2), "
+                                f"batch {cfg.batch_size}. Frames {W}x{H} padded to "
+                                f"{codec.padded[1]}x{codec.padded[0]}; latents {codec.latent_shape()}.\n"))
+    return codec

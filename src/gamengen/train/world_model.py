@@ -1,0 +1,285 @@
+"""`gamengen train`: the action-conditioned diffusion world model (paper §3.2, §4.2; DESIGN §5).
+
+The same code runs as 1 CPU process, several CPU processes (`accelerate launch --num_processes 2`,
+gloo) or GPUs. Every random draw of step s, sample i of the *global* batch comes from a generator
+seeded by (seed, s, i), and each process takes its slice of the global batch. So a resumed run
+replays exactly, and 1 process or 2 processes at the same global batch see the same data and noise.
+
+Run folder::
+
+    <run>/config.json           the resolved TrainConfig (a resumed run must match it)
+    <run>/checkpoints/step-N/   crash-safe checkpoints (train/checkpoint.py)
+    <run>/losses.json           the loss of every step so far
+    <run>/samples/step-N.png    context | truth | prediction grids
+    <run>/tb/                   TensorBoard
+    <run>/model/                save_pretrained (EMA weights) + ae/ + gamengen_wm.json + README.md
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ..atomic import write_bytes_atomic, write_json_atomic
+from ..data.latents import LatentCache, LatentWindows, split
+from ..data.store import Store
+from ..diffusion.denoiser import Denoiser, DenoiserConfig, TrainingNoise
+from ..errors import UserError
+from . import checkpoint
+
+WM_META = "gamengen_wm.json"
+
+# Network sizes per preset. `cpu` is sized for real-time play on 2 cores (DESIGN §9, issue 7 measures
+# it); `paper` is SD-1.4's U-Net (§4.2) at 320x256; `tiny` exists for tests.
+UNET_PRESETS = {
+    "tiny": {"block_out_channels": (32, 32), "layers_per_block": 1, "cross_attention_dim": 32,
+             "attention_head_dim": 2, "down_block_types": ("CrossAttnDownBlock2D", "DownBlock2D"),
+             "up_block_types": ("UpBlock2D", "CrossAttnUpBlock2D"), "norm_num_groups": 8},
+    "cpu": {"block_out_channels": (64, 128, 128), "layers_per_block": 1, "cross_attention_dim": 128,
+            "attention_head_dim": 4},
+    "paper": {"block_out_channels": (320, 640, 1280, 1280), "layers_per_block": 2, "cross_attention_dim": 768,
+              "attention_head_dim": 8,
+              "down_block_types": ("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D",
+                                   "DownBlock2D"),
+              "up_block_types": ("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D")},
+}
+TRAIN_PRESETS = {  # what a preset changes in TrainConfig
+    "tiny": {"context": 4, "batch_size": 16, "learning_rate": 1e-2},
+    "cpu": {"context": 64, "batch_size": 32, "learning_rate": 1e-2},
+    "paper": {"context": 64, "batch_size": 128, "learning_rate": 2e-5},  # §4.2
+}
+
+
+@dataclass
+class TrainConfig:
+    preset: str = "cpu"
+    steps: int = 20_000
+    context: int = 64  # N (paper: 64)
+    batch_size: int = 32  # global, over all processes
+    learning_rate: float = 1e-2  # torch Adafactor: relative step, capped at 1/sqrt(step), times parameter RMS
+    grad_clip: float = 1.0  # §4.2
+    ema_decay: float = 0.999
+    bf16: bool = False  # autocast; `gamengen bench train` measures both
+    heldout: float = 0.1  # share of episodes never trained on (data/latents.is_heldout)
+    checkpoint_every: int = 500
+    sample_every: int = 1000
+    keep_checkpoints: int = 3
+    seed: int = 0
+    denoiser: DenoiserConfig = field(default_factory=DenoiserConfig)
+
+    @classmethod
+    def from_preset(cls, preset: str, **changes) -> "TrainConfig":
+        if preset not in TRAIN_PRESETS:
+            raise UserError(f"unknown preset '{preset}'", "use one of: " + ", ".join(TRAIN_PRESETS))
+        return dataclasses.replace(cls(preset=preset, **TRAIN_PRESETS[preset]), **changes)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def build_network(cfg: TrainConfig, codec, n_actions: int):
+    from ..models.unet import ActionConditionedUNet
+
+    C, h, w = codec.latent_shape()
+    down = codec.padded[0] // h
+    kw = UNET_PRESETS[cfg.preset]
+    levels = len(kw["block_out_channels"]) - 1
+    if h % 2**levels or w % 2**levels:
+        raise UserError(f"latents of {h}x{w} do not halve {levels} times (AE downsamples by {down})",
+                        "train the AE with a matching preset, or pick another --preset")
+    return ActionConditionedUNet(latent_channels=C, latent_height=h, latent_width=w, context=cfg.context,
+                                 n_actions=n_actions, noise_buckets=cfg.denoiser.noise_buckets, **kw)
+
+
+def draws_for(cfg: TrainConfig, step: int, windows: LatentWindows, lo: int, hi: int, latent_shape):
+    """Samples lo..hi-1 of the global batch of ``step``: window indices and noise, from per-sample
+    generators seeded by (seed, step, i)."""
+    gens = [torch.Generator().manual_seed(int(np.random.SeedSequence([cfg.seed, step, i]).generate_state(1)[0]))
+            for i in range(lo, hi)]
+    idx = [int(torch.randint(0, len(windows), (), generator=g)) for g in gens]
+    return idx, TrainingNoise.draw(gens, latent_shape, cfg.context, cfg.denoiser)
+
+
+def batch_of(windows: LatentWindows, idx: list[int], device) -> tuple[torch.Tensor, ...]:
+    ctx, acts, tgt = zip(*(windows[i] for i in idx))
+    return (torch.from_numpy(np.stack(ctx)).to(device), torch.from_numpy(np.stack(acts)).to(device),
+            torch.from_numpy(np.stack(tgt)).to(device))
+
+
+def open_run(out: Path, cfg: TrainConfig, data: Path, ae: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    mine = {**cfg.to_json(), "data": str(data.resolve()), "ae": str(ae.resolve())}
+    path = out / "config.json"
+    if path.exists():
+        old = json.loads(path.read_text())
+        diff = [k for k in mine if k not in ("steps", "checkpoint_every", "sample_every") and old.get(k) != mine[k]]
+        if diff:
+            raise UserError(f"run {out} was started with other settings ({', '.join(diff)})",
+                            "re-run with the original settings to resume, or use another --out")
+    write_json_atomic(path, mine)
+
+
+def sample_grid(denoiser: Denoiser, codec, windows: LatentWindows, n: int, steps: int = 4) -> np.ndarray:
+    """Rows of: the last 3 context frames | truth | prediction (DDIM 4 steps + CFG), as one image."""
+    from ..diffusion.sampling import sample_ddim
+
+    idx = np.linspace(0, len(windows) - 1, n).astype(int)
+    ctx, acts, tgt = batch_of(windows, list(idx), "cpu")
+    gen = torch.Generator().manual_seed(0)
+    noise = torch.randn(tgt.shape, generator=gen)
+    pred = sample_ddim(denoiser.guided(ctx, acts), noise, steps=steps, schedule=denoiser.sampling_schedule())
+    rows = []
+    for i in range(n):
+        pics = [codec.decode(ctx[i, -k][None])[0] for k in (3, 2, 1)]
+        pics += [codec.decode(tgt[i : i + 1])[0], codec.decode(pred[i : i + 1])[0]]
+        rows.append(np.concatenate([np.pad(p, ((1, 1), (1, 1), (0, 0))) for p in pics], axis=1))
+    return np.concatenate(rows, axis=0)
+
+
+def save_png(path: Path, image: np.ndarray) -> None:
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(image).save(buf, format="PNG")
+    write_bytes_atomic(path, buf.getvalue())
+
+
+def train(data: str | os.PathLike, ae: str | os.PathLike, out: str | os.PathLike, cfg: TrainConfig,
+          report: Callable[[int, int, float], None] = lambda step, total, loss: None,
+          warn: Callable[[str], None] = print, _kill_at_save: int | None = None):
+    from accelerate import Accelerator
+    from diffusers.training_utils import EMAModel
+
+    from ..models.autoencoder import FrameCodec
+
+    data, ae, out = Path(data), Path(ae), Path(out)
+    accelerator = Accelerator(mixed_precision="bf16" if cfg.bf16 else "no", cpu=not torch.cuda.is_available())
+    main = accelerator.is_main_process
+    codec = FrameCodec.load(ae)
+    store = Store.open(data)
+    spec = store.spec
+    if (spec.height, spec.width) != (codec.height, codec.width):
+        raise UserError(f"store {data} has {spec.width}x{spec.height} frames, the AE in {ae} was made for "
+                        f"{codec.width}x{codec.height}", "train an AE on this store with `gamengen train-ae`")
+    if codec.meta.get("actions") not in (None, list(spec.action_set.names)):
+        raise UserError(f"store {data} has actions {list(spec.action_set.names)}, the AE was trained on a game with "
+                        f"{codec.meta['actions']}", "use an AE trained on this game's store")
+    train_recs, _ = split(store.episodes(), cfg.heldout)
+    if not train_recs:
+        raise UserError(f"store {data} has no training episodes", "record some with `gamengen record`")
+    if cfg.batch_size % accelerator.num_processes:
+        raise UserError(f"batch size {cfg.batch_size} does not split over {accelerator.num_processes} processes",
+                        "pick a --batch-size that is a multiple of the process count")
+    if main:
+        open_run(out, cfg, data, ae)
+    cache = LatentCache(codec, ae / "latents")
+    if main:
+        cache.build(store, train_recs)
+    accelerator.wait_for_everyone()
+    windows = LatentWindows(store, cache, train_recs, cfg.context)
+    torch.manual_seed(cfg.seed)  # the initial weights, the same in every process and every rerun
+    net = build_network(cfg, codec, len(spec.action_set))
+    opt = torch.optim.Adafactor(net.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
+    ema = EMAModel(net.parameters(), decay=cfg.ema_decay)
+    start, losses = 0, []
+    state = checkpoint.load_latest(out / "checkpoints", warn if main else (lambda m: None))
+    if state is not None:
+        net.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        ema.load_state_dict(state["ema"])
+        checkpoint.set_rng_state(state["rng"])
+        start, losses = int(state["step"]), list(state["losses"])
+    net, opt = accelerator.prepare(net, opt)
+    plain = accelerator.unwrap_model(net)
+    denoiser = Denoiser(plain, cfg.denoiser)
+    world, rank = accelerator.num_processes, accelerator.process_index
+    per = cfg.batch_size // world
+    latent_shape = codec.latent_shape()
+    writer = None
+    if main:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(str(out / "tb"))
+
+    def save(step: int) -> None:
+        if not main:
+            return
+        kill = (lambda: os.kill(os.getpid(), 9)) if _kill_at_save == step else (lambda: None)
+        checkpoint.save(out / "checkpoints", step, {
+            "model": plain.state_dict(), "optimizer": opt.state_dict(), "ema": ema.state_dict(), "step": step,
+            "losses": losses, "rng": checkpoint.rng_state(), "config": cfg.to_json()},
+            keep=cfg.keep_checkpoints, before_manifest=kill)
+        write_json_atomic(out / "losses.json", losses)
+
+    report(start, cfg.steps, losses[-1] if losses else float("nan"))
+    for step in range(start, cfg.steps):
+        net.train()
+        idx, draws = draws_for(cfg, step, windows, rank * per, (rank + 1) * per, latent_shape)
+        ctx, acts, tgt = batch_of(windows, idx, accelerator.device)
+        with accelerator.autocast():
+            loss = denoiser.loss(tgt, ctx, acts, draws, net=net)
+        accelerator.backward(loss)
+        if accelerator.sync_gradients:
+            accelerator.clip_grad_norm_(net.parameters(), cfg.grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        ema.step(plain.parameters())
+        mean_loss = float(accelerator.reduce(loss.detach().float(), reduction="mean"))
+        losses.append(mean_loss)
+        if writer is not None:
+            writer.add_scalar("train/loss", mean_loss, step + 1)
+        report(step + 1, cfg.steps, mean_loss)
+        done = step + 1
+        if done % cfg.checkpoint_every == 0 or done == cfg.steps:
+            save(done)
+        if main and cfg.sample_every and (done % cfg.sample_every == 0 or done == cfg.steps):
+            with ema_weights(ema, plain):
+                save_png(out / "samples" / f"step-{done:08d}.png", sample_grid(denoiser, codec, windows, 4))
+    accelerator.wait_for_everyone()
+    if main:
+        if writer is not None:
+            writer.close()
+        with ema_weights(ema, plain):
+            export_model(plain, codec, out / "model", cfg, spec, len(losses), data)
+    accelerator.end_training()
+    return losses
+
+
+class ema_weights:
+    """Temporarily swap the EMA weights into the network (for samples and the exported model)."""
+
+    def __init__(self, ema, net):
+        self.ema, self.net = ema, net
+
+    def __enter__(self):
+        self.ema.store(self.net.parameters())
+        self.ema.copy_to(self.net.parameters())
+        self.net.eval()
+
+    def __exit__(self, *exc):
+        self.ema.restore(self.net.parameters())
+
+
+def export_model(net, codec, out: Path, cfg: TrainConfig, spec, steps: int, data: Path) -> None:
+    """A self-contained model folder: the U-Net (save_pretrained, safetensors), its AE, our meta, a card."""
+    net.save_pretrained(out, safe_serialization=True)
+    codec.save(out / "ae", card=f"Autoencoder of the world model in {out.name}/ (see ../README.md).\n")
+    write_json_atomic(out / WM_META, {"denoiser": asdict(cfg.denoiser), "context": cfg.context,
+                                      "preset": cfg.preset, "env_id": spec.env_id,
+                                      "actions": list(spec.action_set.names), "height": spec.height,
+                                      "width": spec.width, "fps": spec.fps, "train_steps": steps})
+    card = (f"# gamengen world model ({cfg.preset} preset)\n\n"
+            f"Action-conditioned latent diffusion (GameNGen) for `{spec.env_id}` at {spec.width}x{spec.height}, "
+            f"context {cfg.context}, trained {steps} steps on `{data}`.\n\n"
+            "Files: `diffusion_pytorch_model.safetensors` + `config.json` (the U-Net, EMA weights), "
+            f"`ae/` (the autoencoder), `{WM_META}` (sampling settings and the action set).\n")
+    write_bytes_atomic(out / "README.md", card.encode())

@@ -1,0 +1,191 @@
+"""Stage 2 on the toy game: AE + world model through the real CLI; actions matter; resume; 2 processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import cli, snapshot
+from gamengen.data.latents import LatentCache, LatentWindows, split
+from gamengen.data.store import Store
+
+TINY = ["--preset", "tiny", "--checkpoint-every", "10", "--sample-every", "0"]
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    """A 32x32 toy-game store and a tiny AE trained on it, shared by the tests below."""
+    root = tmp_path_factory.mktemp("wm")
+    cli("record", "--env", "toy:cursor", "--resolution", "32x32", "--steps", "4000", "--seed", "1",
+        "--out", root / "store", check=True)
+    cli("train-ae", "--data", root / "store", "--out", root / "ae", "--preset", "tiny", "--steps", "300",
+        "--decoder-steps", "100", "--learning-rate", "3e-3", check=True)
+    return root
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
+    return float(10 * np.log10(255.0**2 / max(mse, 1e-10)))
+
+
+def test_toy_model_follows_the_action(toy):
+    """Done-when: a tiny model trained briefly predicts the frame the *true* action produces, clearly
+    better than under a wrong action. This checks conditioning and time indexing end to end."""
+    from gamengen.diffusion.denoiser import Denoiser, DenoiserConfig
+    from gamengen.diffusion.sampling import sample_ddim
+    from gamengen.models.autoencoder import FrameCodec
+    from gamengen.models.unet import ActionConditionedUNet
+
+    cli("train", "--data", toy / "store", "--ae", toy / "ae", "--out", toy / "run", *TINY, "--steps", "600",
+        check=True)
+    model = toy / "run" / "model"
+    codec = FrameCodec.load(model / "ae")
+    net = ActionConditionedUNet.from_pretrained(model).eval()
+    meta = json.loads((model / "gamengen_wm.json").read_text())
+    den = Denoiser(net, DenoiserConfig(**meta["denoiser"]))
+    store = Store.open(toy / "store")
+    _, held = split(store.episodes(), 0.1)
+    windows = LatentWindows(store, LatentCache(codec, toy / "ae" / "latents"), held, meta["context"])
+    LatentCache(codec, toy / "ae" / "latents").build(store, held)
+    rng = np.random.default_rng(0)
+    true_psnr, wrong_psnr = [], []
+    for i in rng.choice(len(windows), 24, replace=False):
+        ctx, acts, _ = windows[int(i)]
+        e = int(np.searchsorted(windows.starts, i, side="right") - 1)
+        n = 1 + int(i) - int(windows.starts[e])
+        truth = store.open_episode(held[e])["frames"][n]
+        wrong = acts.copy()
+        wrong[-1] = (acts[-1] + 1 + rng.integers(4)) % 5  # any other move
+        preds = []
+        for a in (acts, wrong):
+            c, a_t = torch.from_numpy(ctx[None]), torch.from_numpy(a[None])
+            noise = torch.randn((1, *ctx.shape[1:]), generator=torch.Generator().manual_seed(int(i)))
+            z = sample_ddim(den.guided(c, a_t), noise, steps=4, schedule=den.sampling_schedule())
+            preds.append(codec.decode(z)[0])
+        true_psnr.append(psnr(preds[0], truth))
+        wrong_psnr.append(psnr(preds[1], truth))
+    margin = np.mean(true_psnr) - np.mean(wrong_psnr)
+    print(f"PSNR true action {np.mean(true_psnr):.2f} dB, wrong action {np.mean(wrong_psnr):.2f} dB")
+    # measured: 29.5 dB vs 26.5 dB (docs/world_model.md); a model ignoring actions scores ~0 margin
+    assert margin > 2.0, (np.mean(true_psnr), np.mean(wrong_psnr))
+    assert np.mean(np.array(true_psnr) > np.array(wrong_psnr)) >= 0.75
+    assert list((toy / "run" / "checkpoints").glob("step-*"))
+    assert len(json.loads((toy / "run" / "losses.json").read_text())) == 600
+
+
+def run_train(toy, out, steps, extra=(), kill_at_save=None, env=None):
+    """`gamengen train` in a subprocess; optionally SIGKILLed in the middle of saving a checkpoint."""
+    code = ("import sys; from gamengen.train.world_model import TrainConfig, train; "
+            f"train(sys.argv[1], sys.argv[2], sys.argv[3], TrainConfig.from_preset('tiny', steps={steps}, "
+            f"checkpoint_every=10, sample_every=0), warn=print, _kill_at_save={kill_at_save})")
+    return subprocess.run([sys.executable, "-c", code, str(toy / "store"), str(toy / "ae"), str(out)],
+                          capture_output=True, text=True, env=env, timeout=900)
+
+
+def test_kill_mid_save_and_resume_matches_uninterrupted(toy, tmp_path):
+    ref = run_train(toy, tmp_path / "ref", 40)
+    assert ref.returncode == 0, ref.stderr
+    killed = run_train(toy, tmp_path / "run", 40, kill_at_save=20)
+    assert killed.returncode == -9
+    ckpts = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
+    assert ckpts == [".tmp-step-00000020", "step-00000010"]  # the half-saved one is not a checkpoint
+    resumed = run_train(toy, tmp_path / "run", 40)
+    assert resumed.returncode == 0, resumed.stderr
+    a = json.loads((tmp_path / "ref" / "losses.json").read_text())
+    b = json.loads((tmp_path / "run" / "losses.json").read_text())
+    assert len(a) == len(b) == 40
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
+
+
+def test_damaged_checkpoint_falls_back_to_the_previous(toy, tmp_path):
+    out = tmp_path / "run"
+    assert run_train(toy, out, 20).returncode == 0
+    tensors = out / "checkpoints" / "step-00000020" / "tensors.safetensors"
+    data = bytearray(tensors.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    tensors.write_bytes(bytes(data))
+    res = run_train(toy, out, 30)
+    assert res.returncode == 0, res.stderr
+    assert "step-00000020 is damaged" in res.stdout and "falling back" in res.stdout
+    assert len(json.loads((out / "losses.json").read_text())) == 30
+
+
+def test_two_processes_match_one_at_the_same_global_batch(toy, tmp_path):
+    """`accelerate launch --num_processes 2` on CPU (gloo) trains like one process: each process takes
+    half of the same global batch, and DDP averages the gradients."""
+    accelerate = shutil.which("accelerate", path=os.path.dirname(sys.executable))
+    steps = ["--steps", "12", "--batch-size", "16"]
+    one = cli("train", "--data", toy / "store", "--ae", toy / "ae", "--out", tmp_path / "one", *TINY, *steps)
+    assert one.returncode == 0, one.stderr
+    two = subprocess.run([accelerate, "launch", "--cpu", "--num_processes", "2", "--num_machines", "1",
+                          "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "gamengen", "train",
+                          "--data", str(toy / "store"), "--ae", str(toy / "ae"), "--out", str(tmp_path / "two"),
+                          *TINY, *steps], capture_output=True, text=True, timeout=900)
+    assert two.returncode == 0, two.stderr[-3000:]
+    a = json.loads((tmp_path / "one" / "losses.json").read_text())
+    b = json.loads((tmp_path / "two" / "losses.json").read_text())
+    # Stated tolerance: the two runs sum the same gradients in a different order, so they agree to
+    # float32 rounding, which Adafactor carries forward; 1e-3 relative over 12 steps.
+    np.testing.assert_allclose(b, a, rtol=1e-3)
+
+
+def test_training_never_reads_heldout_episodes(toy, tmp_path):
+    store = Store.open(toy / "store")
+    train, held = split(store.episodes(), 0.1)
+    assert held and train and not {r.path for r in held} & {r.path for r in train}
+    ae = tmp_path / "ae"  # a copy without a latent cache: training must encode what it reads
+    shutil.copytree(toy / "ae", ae, ignore=shutil.ignore_patterns("latents"))
+    cli("train", "--data", toy / "store", "--ae", ae, "--out", tmp_path / "run", *TINY, "--steps", "2", check=True)
+    cached = {p.stem for p in (ae / "latents").glob("*/*.npy")}
+    assert cached == {r.sha256 for r in train}
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["heldout"] == 0.1
+
+
+def test_bad_inputs_are_one_line_exit_2(toy, tmp_path):
+    store16 = tmp_path / "store16"
+    cli("record", "--env", "toy:cursor", "--resolution", "16x16", "--steps", "50", "--out", store16, check=True)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    shutil.copy(toy / "store" / "store.json", empty / "store.json")
+    cases = {
+        "resolution": ["--data", store16, "--ae", toy / "ae"],
+        "missing AE": ["--data", toy / "store", "--ae", tmp_path / "nope"],
+        "preset": ["--data", toy / "store", "--ae", toy / "ae", "--preset", "huge"],
+        "empty": ["--data", empty, "--ae", toy / "ae"],
+    }
+    for name, args in cases.items():
+        out = tmp_path / f"run-{name.replace(' ', '')}"
+        before = snapshot(tmp_path / "store16")
+        res = cli("train", *args, "--out", out, "--steps", "2")
+        assert res.returncode == 2, (name, res.stderr)
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error:") and "fix:" in lines[0], (name, res.stderr)
+        assert snapshot(tmp_path / "store16") == before
+        assert not out.exists(), name
+
+
+def test_paper_preset_runs_one_training_step():
+    """SD-1.4-size U-Net at 320x256 with 64 frames of context: one step on CPU, batch 1."""
+    from gamengen.diffusion.denoiser import Denoiser, DenoiserConfig, TrainingNoise
+    from gamengen.models.unet import ActionConditionedUNet
+    from gamengen.train.world_model import UNET_PRESETS
+
+    net = ActionConditionedUNet(latent_channels=4, latent_height=32, latent_width=40, context=64, n_actions=12,
+                                **UNET_PRESETS["paper"])
+    assert net.unet.config.in_channels == 4 * 65 and sum(p.numel() for p in net.parameters()) > 8e8
+    den = Denoiser(net, DenoiserConfig())
+    gen = torch.Generator().manual_seed(0)
+    draws = TrainingNoise.draw([gen], (4, 32, 40), 64, den.cfg)
+    opt = torch.optim.Adafactor(net.parameters(), lr=2e-5)
+    loss = den.loss(torch.randn(1, 4, 32, 40), torch.randn(1, 64, 4, 32, 40), torch.zeros(1, 64, dtype=torch.long),
+                    draws)
+    loss.backward()
+    opt.step()
+    assert torch.isfinite(loss)
