@@ -125,6 +125,12 @@ def test_record_with_exported_agent_and_report(tiny_run, tmp_path):
     assert "wrote" in res.stdout
 
 
+def test_agent_on_a_game_without_doom_variables_is_refused(tmp_path):
+    res = cli("agent", "--env", "toy:cursor", "--out", tmp_path / "run", "--steps", "64")
+    assert res.returncode == 2 and "Freedoom map" in res.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def test_bad_agent_folder_is_one_line_and_writes_nothing(tmp_path):
     (tmp_path / "bogus").mkdir()
     (tmp_path / "bogus" / "config.json").write_text("{not json")

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 import gymnasium as gym
 import numpy as np
 
-from ..data.store import ShardWriter, Store, StoreSpec
+from ..data.store import ShardWriter, Store
 from ..envs import EnvConfig, make_env
 from ..envs.base import Step
-from .reward import RewardConfig, ShapedReward
+from ..errors import UserError
+from .reward import NEEDED, RewardConfig, ShapedReward
 
 
 @dataclass
@@ -60,6 +61,11 @@ class DoomAgentEnv(gym.Env):
     def __init__(self, config: AgentEnvConfig, index: int = 0, store: str | None = None, phase: str = "train"):
         self.config, self.index, self.phase = config, index, phase
         self.game = make_env(config.env_id, EnvConfig(automap=True))
+        missing = [v for v in NEEDED if v not in self.game.variable_names]
+        if missing or "automap" not in self.game.image_names:
+            self.game.close()
+            raise UserError(f"{config.env_id} lacks what the agent needs (automap, game variables {missing})",
+                            "train the agent on a Freedoom map, e.g. --env vizdoom:freedoom1/E1M1")
         self.n = len(self.game.action_set)
         self.reward_fn = ShapedReward(config.reward)
         self.action_space = gym.spaces.Discrete(self.n)

@@ -6,7 +6,6 @@ store made by `gamengen record` is measured exactly like the agent's own episode
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np

@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 
 from ..atomic import fsync_dir, write_json_atomic
 from ..errors import UserError
@@ -103,12 +102,13 @@ def _checkpoint(model, folder: Path, frames: int) -> None:
     fsync_dir(folder)
 
 
-def export_config(cfg: AgentConfig, env: DoomAgentEnv, frames: int) -> dict:
+def export_config(cfg: AgentConfig, env: DoomAgentEnv) -> dict:
+    """What `record --policy agent:<dir>` needs to rebuild the network and play like training did."""
     e = env.game
     return {"kind": "gamengen-agent-policy", "env_id": cfg.env.env_id, "actions": list(e.action_set.names),
             "height": e.config.height, "width": e.config.width, "hold": cfg.env.hold,
             "repeat_prob": cfg.env.repeat_prob, "history": cfg.env.history,
-            "features_per_image": cfg.features_per_image, "head_width": cfg.head_width, "trained_frames": frames}
+            "features_per_image": cfg.features_per_image, "head_width": cfg.head_width}
 
 
 def open_run(out: Path, cfg: AgentConfig) -> None:
@@ -145,12 +145,12 @@ def train(out: str | os.PathLike, cfg: AgentConfig, report: Callable[[int, int],
     from .policy import export_policy, policy_kwargs
 
     out = Path(out)
-    open_run(out, cfg)
     store = out / "store"
-    probe = DoomAgentEnv(cfg.env, 0, None)  # validates the env id; gives the spec and sizes
+    probe = DoomAgentEnv(cfg.env, 0, None)  # validates the env id before anything is written
     try:
+        open_run(out, cfg)
         Store.create_or_open(store, spec_of(probe.game, images=()))  # once here, before the workers race
-        policy_config = lambda frames: export_config(cfg, probe, frames)  # noqa: E731
+        exported = export_config(cfg, probe)
     finally:
         probe.close()
     sub = cfg.vec_env == "subprocess"
@@ -227,7 +227,7 @@ def train(out: str | os.PathLike, cfg: AgentConfig, report: Callable[[int, int],
         def save(timesteps: int) -> None:
             frames = frames_of(timesteps)
             _checkpoint(model, out / "checkpoint", frames)
-            export_policy(model.policy, out / "policy", policy_config(frames))
+            export_policy(model.policy, out / "policy", {**exported, "trained_frames": frames})
 
         venv.env_method("set_training_step", frames_of(model.num_timesteps))  # learn() resets the games first
         remaining = max(0, cfg.steps // hold - model.num_timesteps)
