@@ -87,8 +87,10 @@ class DoomAgentEnv(gym.Env):
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
-        if self.writer is not None:  # an episode cut short by a reset is dropped, as after a crash
+        if self.writer is not None:  # an episode cut short by a reset is dropped, as after a crash,
+            self.writer.abandon()  # and its number is used again
             self.writer = None
+            self.episode -= 1
         env_seed, rng_seed = np.random.SeedSequence([self.config.seed, self.index, self.episode,
                                                      0 if self.phase == "train" else 1]).generate_state(2)
         self.rng = np.random.default_rng(int(rng_seed))
@@ -148,6 +150,9 @@ class DoomAgentEnv(gym.Env):
         return stats
 
     def close(self):
+        if self.writer is not None:  # the run ended mid-episode: keep only whole episodes
+            self.writer.abandon()
+            self.writer = None
         if self.shard is not None:
             self.shard.close()
         self.game.close()

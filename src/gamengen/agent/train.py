@@ -27,7 +27,6 @@ from typing import Callable
 from ..atomic import fsync_dir, write_json_atomic
 from ..errors import UserError
 from .env import AgentEnvConfig, DoomAgentEnv
-from .reward import RewardConfig
 
 
 @dataclass
@@ -63,17 +62,8 @@ class AgentConfig:
             if getattr(self, name) < 1:
                 raise UserError(f"{name} must be at least 1, got {getattr(self, name)}", f"pass a positive --{name}")
 
-    def frames_per_rollout(self) -> int:
-        return self.n_envs * self.n_steps * self.env.hold
-
     def to_json(self) -> dict:
         return asdict(self)
-
-    @classmethod
-    def from_json(cls, d: dict) -> "AgentConfig":
-        env = dict(d.pop("env"))
-        reward = RewardConfig(**env.pop("reward"))
-        return cls(env=AgentEnvConfig(**env, reward=reward), **d)
 
 
 def _make_env(cfg: AgentEnvConfig, index: int, store: str | None, subprocess: bool, reward_scale: float):

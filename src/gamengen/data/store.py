@@ -351,6 +351,10 @@ class EpisodeWriter:
                 f.write(packed)
                 f.write(crc)
 
+    def abandon(self) -> None:
+        """Drop an unfinished episode (nothing was listed; its temporary folder goes)."""
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
     def finish(self) -> EpisodeRecord:
         T = len(self.actions)
         if T == 0:
