@@ -30,12 +30,20 @@ def toy(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="module")
+def toy_model(toy):
+    """The tiny world model of the Done-when: 600 steps through `gamengen train`."""
+    cli("train", "--data", toy / "store", "--ae", toy / "ae", "--out", toy / "run", *TINY, "--steps", "600",
+        check=True)
+    return toy / "run" / "model"
+
+
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
     mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
     return float(10 * np.log10(255.0**2 / max(mse, 1e-10)))
 
 
-def test_toy_model_follows_the_action(toy):
+def test_toy_model_follows_the_action(toy, toy_model):
     """Done-when: a tiny model trained briefly predicts the frame the *true* action produces, clearly
     better than under a wrong action. This checks conditioning and time indexing end to end."""
     from gamengen.diffusion.denoiser import Denoiser, DenoiserConfig
@@ -43,9 +51,7 @@ def test_toy_model_follows_the_action(toy):
     from gamengen.models.autoencoder import FrameCodec
     from gamengen.models.unet import ActionConditionedUNet
 
-    cli("train", "--data", toy / "store", "--ae", toy / "ae", "--out", toy / "run", *TINY, "--steps", "600",
-        check=True)
-    model = toy / "run" / "model"
+    model = toy_model
     codec = FrameCodec.load(model / "ae")
     net = ActionConditionedUNet.from_pretrained(model).eval()
     meta = json.loads((model / "gamengen_wm.json").read_text())
@@ -189,3 +195,39 @@ def test_paper_preset_runs_one_training_step():
     loss.backward()
     opt.step()
     assert torch.isfinite(loss)
+
+
+def test_engine_plays_with_the_training_time_indexing(toy, toy_model):
+    """NeuralWorld's context after reset equals the training window of the same target step, and
+    NeuralEnv is a valid, seeded gymnasium env."""
+    from gymnasium.utils.env_checker import check_env
+
+    from gamengen.engine.world import NeuralEnv, NeuralWorld
+
+    world = NeuralWorld(toy_model)
+    store = Store.open(toy / "store")
+    _, held = split(store.episodes(), 0.1)
+    rec = next(r for r in held if r.length > 8)
+    g = store.open_episode(rec)
+    frames, actions = g["frames"][:8], g["actions"][:8].astype(np.int64)
+    shown = world.reset(frames[:6], actions[:5])
+    np.testing.assert_array_equal(shown, frames[5])
+    cache = LatentCache(world.codec, toy / "ae" / "latents")
+    cache.build(store, [rec])
+    ctx, acts, _ = LatentWindows(store, cache, [rec], world.context)[5]  # target n = 6
+    np.testing.assert_allclose(world.latents.numpy(), ctx, atol=2e-2)  # the cache stores float16
+    assert list(world.past_actions.numpy()) + [actions[5]] == list(acts)
+    nxt = world.step(int(actions[5]))
+    assert nxt.shape == frames[6].shape and nxt.dtype == np.uint8
+    assert psnr(nxt, frames[6]) > 20
+
+    starts = [(frames[:6], actions[:5]), (frames[:3], actions[:2])]
+    env = NeuralEnv(world, starts, max_steps=5)
+    check_env(env, skip_render_check=True)
+    a, _ = env.reset(seed=3)
+    b, _ = env.reset(seed=3)
+    np.testing.assert_array_equal(a, b)
+    one = [env.step(i % 5)[0] for i in range(3)]
+    env.reset(seed=3)
+    two = [env.step(i % 5)[0] for i in range(3)]
+    np.testing.assert_array_equal(np.stack(one), np.stack(two))

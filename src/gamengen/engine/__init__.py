@@ -1,0 +1,1 @@
+"""The engine: the learned game as a stepping world and as a gymnasium env (DESIGN §6)."""
