@@ -34,8 +34,9 @@ def nature_cnn(channels: int, height: int, width: int, features: int) -> nn.Sequ
 class AgentFeatures(BaseFeaturesExtractor):
     """[CNN(frame), CNN(automap), one-hot past actions] -> the heads' input.
 
-    The CNNs run under bf16 autocast when ``bf16`` is set: on CPUs with bf16 units this makes PPO's
-    updates ~1.7x faster; the heads (and so the log-probabilities PPO's ratio uses) stay in fp32.
+    The CNNs run under bf16 autocast when ``bf16`` is set: on CPUs with bf16 units their training
+    step is about 1.5x faster (460 vs 308 samples/s at batch 64 here); the heads (and so the
+    log-probabilities PPO's ratio uses) stay in fp32.
     """
 
     def __init__(self, observation_space: gym.spaces.Dict, features_per_image: int = 512, bf16: bool = False):
