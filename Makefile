@@ -18,9 +18,9 @@ venv: $(VENV)/.installed
 test: venv
 	$(BIN)/python -m pytest -q
 
+# The learned Freedoom E1M1 in your browser; the URL with its per-launch token is printed.
 play: venv
-	@echo "The browser player arrives with issue 5 (real-time engine and player)."
-	@echo "Until then: '$(BIN)/gamengen record --help' and '$(BIN)/gamengen data --help'."
+	$(BIN)/gamengen play --model models/freedoom-e1m1
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -48,5 +48,27 @@ def doom_store(tmp_path_factory) -> Path:
     return out
 
 
+TINY = ["--preset", "tiny", "--checkpoint-every", "10", "--sample-every", "0"]
+
+
+@pytest.fixture(scope="session")
+def toy(tmp_path_factory):
+    """A 32x32 toy-game store and a tiny AE trained on it, shared by the tests."""
+    root = tmp_path_factory.mktemp("wm")
+    cli("record", "--env", "toy:cursor", "--resolution", "32x32", "--steps", "4000", "--seed", "1",
+        "--out", root / "store", check=True)
+    cli("train-ae", "--data", root / "store", "--out", root / "ae", "--preset", "tiny", "--steps", "300",
+        "--decoder-steps", "100", "--learning-rate", "3e-3", check=True)
+    return root
+
+
+@pytest.fixture(scope="session")
+def toy_model(toy):
+    """The tiny world model of the Done-when: 600 steps through `gamengen train`."""
+    cli("train", "--data", toy / "store", "--ae", toy / "ae", "--out", toy / "run", *TINY, "--steps", "600",
+        check=True)
+    return toy / "run" / "model"
+
+
 os.environ.setdefault("PYTHONUNBUFFERED", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does: no spinning threads on shared cores

@@ -12,31 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import cli, snapshot
+from conftest import TINY, cli, snapshot
 from gamengen.data.latents import LatentCache, LatentWindows, split
 from gamengen.data.store import Store
-
-TINY = ["--preset", "tiny", "--checkpoint-every", "10", "--sample-every", "0"]
-
-
-@pytest.fixture(scope="module")
-def toy(tmp_path_factory):
-    """A 32x32 toy-game store and a tiny AE trained on it, shared by the tests below."""
-    root = tmp_path_factory.mktemp("wm")
-    cli("record", "--env", "toy:cursor", "--resolution", "32x32", "--steps", "4000", "--seed", "1",
-        "--out", root / "store", check=True)
-    cli("train-ae", "--data", root / "store", "--out", root / "ae", "--preset", "tiny", "--steps", "300",
-        "--decoder-steps", "100", "--learning-rate", "3e-3", check=True)
-    return root
-
-
-@pytest.fixture(scope="module")
-def toy_model(toy):
-    """The tiny world model of the Done-when: 600 steps through `gamengen train`."""
-    cli("train", "--data", toy / "store", "--ae", toy / "ae", "--out", toy / "run", *TINY, "--steps", "600",
-        check=True)
-    return toy / "run" / "model"
-
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
     mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)

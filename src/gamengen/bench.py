@@ -95,3 +95,69 @@ def bench_train(preset: str = "cpu", steps: int = 10, height: int = 120, width: 
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
 
+
+
+def bench_play(model_dir, frames: int = 200, steps: int = 4, report=lambda n: None) -> dict:
+    """End-to-end play speed through the real server: a WebSocket client on loopback asks for one
+    frame at a time, as the page does, holding a changing key, with no frame pacing.
+
+    Latency is the client's send-to-received time for each frame, so it includes the model step,
+    JPEG encoding and the socket, everything but the browser's drawing. The per-stage times come
+    from the frame headers the server sends."""
+    import asyncio
+    import json
+    import statistics
+    import threading
+
+    import numpy as np
+    import torch
+    import uvicorn
+    import websockets
+
+    from .engine.world import EngineConfig
+    from .play.players import neural_player
+    from .play.server import ServerConfig, bind, create_app, unpack_frame
+
+    config = ServerConfig(port=0, fps=1e6)
+    player = neural_player(model_dir, engine=EngineConfig(steps=steps))
+    sock = bind(config)
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(player, config, port), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    keys = [["KeyW"], ["KeyW", "KeyA"], ["KeyD"], ["Space"], []]
+
+    async def drive():
+        url, origin = f"ws://127.0.0.1:{port}/ws?token={config.token}", f"http://127.0.0.1:{port}"
+        lat, stages = [], []
+        async with websockets.connect(url, origin=origin) as ws:
+            json.loads(await ws.recv())
+            await ws.send(json.dumps({"type": "reset", "start": 0}))
+            await ws.recv()
+            for i in range(frames + 5):  # the first 5 warm up
+                t0 = time.perf_counter()
+                await ws.send(json.dumps({"type": "step", "seq": i + 1, "keys": keys[(i // 10) % len(keys)]}))
+                header, _ = unpack_frame(await ws.recv())
+                if i >= 5:
+                    lat.append((time.perf_counter() - t0) * 1e3)
+                    stages.append(header["ms"])
+                    report(1)
+        return lat, stages
+
+    try:
+        t0 = time.perf_counter()
+        lat, stages = asyncio.run(drive())
+        wall = time.perf_counter() - t0
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+    lat_a = np.asarray(lat)
+    return {
+        "machine": machine(), "threads": torch.get_num_threads(), "model": str(model_dir), "ddim_steps": steps,
+        "frames": frames, "fps": frames / float(lat_a.sum() / 1e3), "wall_s": wall,
+        "latency_ms": {"p50": float(np.percentile(lat_a, 50)), "p95": float(np.percentile(lat_a, 95)),
+                       "mean": float(lat_a.mean())},
+        "stages_ms": {k: statistics.median(s[k] for s in stages) for k in stages[0]},
+    }

@@ -67,7 +67,8 @@ ENV_HELP = "Game: vizdoom:freedoom1/E1M1, vizdoom:scenario/basic, atari:Breakout
 def record(
     out: Path = typer.Option(..., "--out", help="Store folder (created, or resumed if it exists)."),
     env: str = typer.Option("vizdoom:freedoom1/E1M1", help=ENV_HELP),
-    policy: str = typer.Option("random", help="random (paper's sticky random play) or scripted."),
+    policy: str = typer.Option("random", help="random (paper's sticky random play), scripted, agent:<dir>, or "
+                                              "human (you play the real game in the browser player)."),
     steps: Optional[int] = typer.Option(None, help="Total env steps over all workers."),
     episodes: Optional[int] = typer.Option(None, help="Total episodes over all workers (instead of --steps)."),
     workers: int = typer.Option(1, help="Parallel processes, each writing its own shard."),
@@ -76,8 +77,23 @@ def record(
     frame_skip: int = typer.Option(1, help="Game tics per step (DOOM: 35 tics/s)."),
     automap: bool = typer.Option(False, help="ViZDoom: also store the automap."),
     max_episode_steps: int = typer.Option(1000, help="Cut (truncate) episodes at this length."),
+    host: str = typer.Option("127.0.0.1", help="--policy human: address to listen on (loopback by default)."),
+    port: int = typer.Option(8000, help="--policy human: port (0 picks a free one)."),
+    keymap: Optional[Path] = typer.Option(None, help="--policy human: keymap JSON (default: the game's own)."),
 ):
     """Play a game with a policy and write every step to a trajectory store. Re-run to resume."""
+    if policy == "human":
+        from .play.players import human_player
+        from .play.server import ServerConfig
+
+        h, w = parse_resolution(resolution)
+        player, recording = human_player(env, out, h, w, seed, keymap)
+        try:
+            run_server(player, ServerConfig(host=host, port=port, max_sessions=1), open_browser=True)
+        finally:
+            recording.close()
+            typer.echo(f"{out}: {recording.saved} episode(s) of your play saved")
+        return
     from .record.recorder import progress_done
     from .record.recorder import record as run_record
     from .data.store import Store
@@ -178,6 +194,7 @@ def train_ae(
     steps: int = typer.Option(3000, help="Autoencoder steps (encoder + decoder)."),
     decoder_steps: int = typer.Option(1000, help="Decoder fine-tune steps, encoder frozen (paper §3.2.2)."),
     batch_size: int = typer.Option(32),
+    crop: int = typer.Option(64, help="Train on random crops this many pixels a side (0: whole frames)."),
     learning_rate: float = typer.Option(1e-3),
     pretrained: Optional[Path] = typer.Option(None, help="Local diffusers VAE folder (e.g. SD-v1.4's vae/)."),
     seed: int = typer.Option(0),
@@ -186,7 +203,7 @@ def train_ae(
     from .train.autoencoder import AETrainConfig, train_autoencoder
 
     cfg = AETrainConfig(preset=preset, steps=steps, decoder_steps=decoder_steps, batch_size=batch_size,
-                        learning_rate=learning_rate, seed=seed, pretrained=str(pretrained) if pretrained else None)
+                        crop=crop, learning_rate=learning_rate, seed=seed, pretrained=str(pretrained) if pretrained else None)
     bars = {}
     with progress_bar("autoencoder steps", steps + decoder_steps) as advance:
         def report(stage, s, total, loss):
@@ -207,6 +224,7 @@ def train(
     steps: Optional[int] = typer.Option(None, help="Total optimizer steps (default 20000)."),
     batch_size: Optional[int] = typer.Option(None, help="Global batch over all processes."),
     context: Optional[int] = typer.Option(None, help="Context length N (paper: 64)."),
+    max_frames: Optional[int] = typer.Option(None, help="Train on a seeded subset of about this many frames."),
     learning_rate: Optional[float] = typer.Option(None),
     bf16: bool = typer.Option(False, help="bf16 autocast."),
     checkpoint_every: Optional[int] = typer.Option(None),
@@ -218,6 +236,7 @@ def train(
     from .train.world_model import train as run_train
 
     given = {"steps": steps, "batch_size": batch_size, "context": context, "learning_rate": learning_rate,
+             "max_frames": max_frames,
              "checkpoint_every": checkpoint_every, "sample_every": sample_every}
     cfg = TrainConfig.from_preset(preset, bf16=bf16, seed=seed, **{k: v for k, v in given.items() if v is not None})
     with progress_bar(f"training ({preset} preset)", cfg.steps) as advance:
@@ -230,6 +249,69 @@ def train(
         losses = run_train(data, ae, out, cfg, report, warn=lambda m: typer.echo(f"warning: {m}", err=True))
     if losses:
         typer.echo(f"{out}: step {len(losses)}, loss {losses[-1]:.4f}; model in {out / 'model'}")
+
+
+def run_server(player, config, open_browser: bool) -> None:
+    from .play.server import serve_forever
+
+    def ready(url: str) -> None:
+        typer.echo(f"gamengen player: {url}")
+        if config.host not in ("127.0.0.1", "localhost", "::1"):
+            typer.echo(f"warning: listening on {config.host}, not only this machine; anyone with the URL can play",
+                       err=True)
+        if open_browser:
+            import webbrowser
+
+            webbrowser.open(url)
+
+    serve_forever(player, config, ready)
+
+
+BUNDLED_MODEL = Path(__file__).resolve().parents[2] / "models" / "freedoom-e1m1"
+
+
+@app.command()
+def play(
+    model: Path = typer.Option(BUNDLED_MODEL, help="World model folder (`gamengen train` + `gamengen starts`)."),
+    ghost: bool = typer.Option(False, help="Run the real game beside the model on the same keys."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on. Loopback unless you say otherwise."),
+    port: int = typer.Option(8000, help="Port (0 picks a free one)."),
+    max_sessions: int = typer.Option(8, help="Players at once."),
+    idle_timeout: float = typer.Option(300.0, help="Seconds without input before a player is disconnected."),
+    steps: int = typer.Option(4, help="DDIM steps per frame (paper: 4)."),
+    keymap: Optional[Path] = typer.Option(None, help="Keymap JSON (default: the game's own)."),
+    open_browser: bool = typer.Option(True, "--open/--no-open", help="Open the page in a browser."),
+    window: bool = typer.Option(False, help="A local pygame window instead of the browser (pip install pygame)."),
+):
+    """Play a learned game in the browser: every frame comes from the diffusion model."""
+    from .engine.world import EngineConfig
+    from .play.players import neural_player
+    from .play.server import ServerConfig
+
+    config = ServerConfig(host=host, port=port, max_sessions=max_sessions, idle_timeout=idle_timeout)
+    player = neural_player(model, ghost, keymap, EngineConfig(steps=steps))
+    if window:
+        from .play.window import run_window
+
+        run_window(player, fps=config.fps)
+        return
+    run_server(player, config, open_browser)
+
+
+@app.command()
+def starts(
+    model: Path = typer.Option(..., help="World model folder."),
+    data: Path = typer.Option(..., help="A store of the model's game; starts come from its held-out episodes."),
+    n: int = typer.Option(4, help="How many start contexts."),
+    seed: int = typer.Option(0),
+):
+    """Save real start contexts into a model folder, for `gamengen play` to reset to."""
+    from .play.starts import make_starts
+
+    made = make_starts(data, model, n, seed)
+    for s in made:
+        typer.echo(f"start: {s.episode} up to frame {len(s.prefix)} ({len(s.frames)} context frames)")
+    typer.echo(f"{model}: {len(made)} start contexts")
 
 
 agent_app = typer.Typer(help="Stage 1: a PPO agent that plays the game; its whole training run is recorded.")
@@ -349,6 +431,57 @@ def bench_train_cmd(
     typer.echo(f"  fp32: {res['fp32_samples_per_s']:.1f} samples/s")
     typer.echo(f"  bf16: {res['bf16_samples_per_s']:.1f} samples/s ({res['bf16_vs_fp32']:.2f}x fp32)")
     typer.echo(f"  peak resident memory: {res['peak_rss_mb']:.0f} MB")
+
+
+@app.command("eval")
+def eval_cmd(
+    model: Path = typer.Option(..., help="World model folder."),
+    data: Path = typer.Option(..., help="A store of the model's game; its held-out episodes are used."),
+    samples: int = typer.Option(64, help="Held-out frames to predict."),
+    steps: int = typer.Option(4, help="DDIM steps."),
+    seed: int = typer.Option(0),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write the full result (per frame) as JSON."),
+):
+    """Teacher-forced PSNR/SSIM on held-out frames, beside copy-last-frame and the AE ceiling."""
+    from .atomic import write_json_atomic
+    from .eval.teacher_forced import TeacherForcedConfig, teacher_forced
+
+    with progress_bar("predicting held-out frames", samples) as advance:
+        res = teacher_forced(model, data, TeacherForcedConfig(samples, steps, seed), report=advance)
+    if out:
+        write_json_atomic(out, res)
+    table = Table(title=f"teacher-forced, {res['samples']} held-out frames, {steps} DDIM steps")
+    for col in ("frames", "n", "model PSNR", "copy-last PSNR", "AE ceiling PSNR", "model SSIM", "copy-last SSIM"):
+        table.add_column(col)
+    fmt = lambda s: f"{s['mean']:.2f} ± {s['std']:.2f}" if s.get("n") else "-"  # noqa: E731
+    for name in ("all", "moving"):
+        r = res[name]
+        table.add_row(name if name == "all" else f"moving (copy-last < {res['moving_db']:.0f} dB)",
+                      str(r["model"].get("n", 0)), fmt(r["model"]), fmt(r["copy_last"]), fmt(r["ae"]),
+                      fmt(r["model_ssim"]), fmt(r["copy_last_ssim"]))
+    stdout.print(table)
+
+
+@bench_app.command("play")
+def bench_play_cmd(
+    model: Path = typer.Option(BUNDLED_MODEL, help="World model folder with start contexts."),
+    frames: int = typer.Option(200, help="Timed frames (after 5 warm-up frames)."),
+    steps: int = typer.Option(4, help="DDIM steps per frame."),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """End-to-end play FPS and input-to-frame latency through the real server on loopback."""
+    from .bench import bench_play
+
+    with progress_bar("frames", frames) as advance:
+        res = bench_play(model, frames, steps, report=advance)
+    if as_json:
+        typer.echo(json.dumps(res, indent=2))
+        return
+    lat = res["latency_ms"]
+    typer.echo(f"{res['model']}: {res['fps']:.1f} FPS end to end, latency p50 {lat['p50']:.0f} ms, "
+               f"p95 {lat['p95']:.0f} ms ({res['ddim_steps']} DDIM steps + CFG; {res['machine']}, "
+               f"{res['threads']} threads)")
+    typer.echo("  median ms per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in res["stages_ms"].items()))
 
 
 def main() -> None:

@@ -10,7 +10,9 @@ frames n-N..n-1 and actions n-N..n-1, where action n-1 is the one just pressed.
 
 from __future__ import annotations
 
+import copy
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +57,16 @@ class NeuralWorld:
         self.generator = torch.Generator().manual_seed(0)
         self.latents = None  # (N, C, h, w): frames n-N..n-1
         self.past_actions = None  # (N-1,): the actions taken after the first N-1 of them
+        self.timings: dict[str, float] = {}  # ms of the last step per stage, for the HUD and `bench play`
+
+    def session(self) -> "NeuralWorld":
+        """Another player's world over the same networks (shared, read-only): only the ring, the
+        noise generator and the timings are its own."""
+        other = copy.copy(self)
+        other.generator = torch.Generator().manual_seed(0)
+        other.latents = other.past_actions = None
+        other.timings = {}
+        return other
 
     def reset(self, frames: np.ndarray, actions: np.ndarray, seed: int = 0) -> np.ndarray:
         """Start from real frames (k, H, W, 3) and the k-1 actions taken between them; returns the
@@ -88,10 +100,14 @@ class NeuralWorld:
         c = self.config
         denoise = self.denoiser.guided(self.latents[None], acts[None], c.guidance, c.noise_level)
         noise = torch.randn((1, *self.latents.shape[1:]), generator=self.generator)
+        t0 = time.perf_counter()
         z = sample_ddim(denoise, noise, steps=c.steps, schedule=self.schedule)  # (1, C, h, w)
+        t1 = time.perf_counter()
         self.latents = torch.cat([self.latents[1:], z])
         self.past_actions = acts[1:]
-        return self.codec.decode(z)[0]
+        frame = self.codec.decode(z)[0]
+        self.timings = {"denoise": (t1 - t0) * 1e3, "decode": (time.perf_counter() - t1) * 1e3}
+        return frame
 
 
 class NeuralEnv(gym.Env):

@@ -68,6 +68,9 @@ class TrainConfig:
     ema_decay: float = 0.999
     bf16: bool = False  # autocast; `gamengen bench train` measures both
     heldout: float = 0.1  # share of episodes never trained on (data/latents.is_heldout)
+    # Train on a seeded subset of the training episodes of about this many frames (None = all):
+    # encoding a big store into the latent cache costs minutes per 10k frames on 2 cores.
+    max_frames: int | None = None
     checkpoint_every: int = 500
     sample_every: int = 1000
     keep_checkpoints: int = 3
@@ -82,6 +85,20 @@ class TrainConfig:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+def subset(records, max_frames: int | None, seed: int):
+    """A seeded shuffle of the episodes, cut once ``max_frames`` are reached (None: all, in order)."""
+    if max_frames is None:
+        return records
+    order = np.random.default_rng(seed).permutation(len(records))
+    out, total = [], 0
+    for i in order:
+        if total >= max_frames:
+            break
+        out.append(records[i])
+        total += records[i].length
+    return sorted(out, key=lambda r: r.path)
 
 
 def build_network(cfg: TrainConfig, codec, n_actions: int):
@@ -173,7 +190,7 @@ def train(data: str | os.PathLike, ae: str | os.PathLike, out: str | os.PathLike
     if codec.meta.get("actions") not in (None, list(spec.action_set.names)):
         raise UserError(f"store {data} has actions {list(spec.action_set.names)}, the AE was trained on a game with "
                         f"{codec.meta['actions']}", "use an AE trained on this game's store")
-    train_recs, _ = split(store.episodes(), cfg.heldout)
+    train_recs = subset(split(store.episodes(), cfg.heldout)[0], cfg.max_frames, cfg.seed)
     if not train_recs:
         raise UserError(f"store {data} has no training episodes", "record some with `gamengen record`")
     if cfg.batch_size % accelerator.num_processes:
@@ -275,7 +292,8 @@ def export_model(net, codec, out: Path, cfg: TrainConfig, spec, steps: int, data
     codec.save(out / "ae", card=f"Autoencoder of the world model in {out.name}/ (see ../README.md).\n")
     write_json_atomic(out / WM_META, {"denoiser": asdict(cfg.denoiser), "context": cfg.context,
                                       "preset": cfg.preset, "env_id": spec.env_id,
-                                      "actions": list(spec.action_set.names), "height": spec.height,
+                                      "actions": list(spec.action_set.names),
+                                      "action_set": spec.action_set.to_json(), "height": spec.height,
                                       "width": spec.width, "fps": spec.fps, "train_steps": steps})
     card = (f"# gamengen world model ({cfg.preset} preset)\n\n"
             f"Action-conditioned latent diffusion (GameNGen) for `{spec.env_id}` at {spec.width}x{spec.height}, "

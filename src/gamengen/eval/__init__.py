@@ -1,0 +1,1 @@
+"""Evaluation of world models (paper §5, DESIGN §7)."""

@@ -1,0 +1,323 @@
+"""The browser player: FastAPI + WebSocket (DESIGN §6).
+
+Protocol, one WebSocket per player (``/ws?token=...``):
+
+- server -> client, text: ``{"type": "hello", ...}`` once (views, keymap, starts, fps), and
+  ``{"type": "recording", "url": ...}`` when an mp4 is ready.
+- client -> server, text JSON, at most ``max_message`` bytes:
+  ``{"type": "step", "seq": n, "keys": ["KeyW", ...]}``, ``{"type": "reset", "start": i}``,
+  ``{"type": "record", "on": true|false}``.
+- server -> client, binary, one per step or reset: ``b"GNF1"``, a uint32 header length, a JSON
+  header (seq, step, ms per stage, and per view its MIME type and byte size), then the images.
+
+The client asks for the next frame only when the last one has arrived, so one frame is in flight
+per client and the newest input always wins; it samples the keys once per request, and the time
+from sending a request to drawing its frame is the input-to-frame latency the HUD shows.
+
+Safe defaults: loopback only, a per-launch token on every request, Host and Origin checked (so a
+web page elsewhere cannot drive the server: DNS rebinding, cross-site WebSockets), a session limit,
+an idle timeout and a message size limit. A bad message closes that socket with a close code; the
+server lives on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import secrets
+import shutil
+import socket
+import struct
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
+from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
+from PIL import Image
+
+from ..errors import UserError
+from .keymap import MAX_KEYS, ActionResolver
+
+STATIC = Path(__file__).with_name("static")
+MAGIC = b"GNF1"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# WebSocket close codes (RFC 6455 §7.4.1, and 4000+ for our own)
+POLICY, UNSUPPORTED, INVALID, TOO_BIG, TRY_LATER, GOING_AWAY = 1008, 1003, 1007, 1009, 1013, 1001
+MAX_RECORDED_FRAMES = 35 * 600  # ten minutes of DOOM time per recording
+
+
+@dataclass
+class ServerConfig:
+    host: str = "127.0.0.1"  # loopback unless the user passes --host
+    port: int = 8000  # 0 picks a free port
+    max_sessions: int = 8
+    idle_timeout: float = 300.0  # seconds without a message before a socket is closed
+    max_message: int = 4096  # bytes per client message
+    jpeg_quality: int = 90
+    fps: float = 35.0  # frame pacing cap the page applies (DOOM's own tic rate)
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(16))
+
+    def __post_init__(self):
+        if self.max_sessions < 1:
+            raise UserError("--max-sessions must be at least 1", "pass --max-sessions 1 or more")
+        if not 1 <= self.jpeg_quality <= 100:
+            raise UserError("--jpeg-quality must be in 1..100", "pass e.g. --jpeg-quality 90")
+
+
+@dataclass
+class Player:
+    """The server's view of what it serves: how to make a game session and what the page needs."""
+
+    make_game: Callable[[], object]  # -> NeuralGame | RealGame | GhostGame
+    resolver: ActionResolver
+    n_starts: int
+    title: str
+    info: dict = field(default_factory=dict)  # shown on the page (model, steps, ...)
+
+
+def encode_jpeg(frame: np.ndarray, quality: int) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(frame).save(buf, format="JPEG", quality=quality)
+    return buf.getvalue()
+
+
+def pack_frame(header: dict, images: list[bytes]) -> bytes:
+    head = json.dumps(header, separators=(",", ":")).encode()
+    return b"".join([MAGIC, struct.pack("<I", len(head)), head, *images])
+
+
+def unpack_frame(data: bytes) -> tuple[dict, list[bytes]]:
+    """The inverse of pack_frame (for tests, `bench play` and other Python clients)."""
+    if data[:4] != MAGIC:
+        raise ValueError("not a gamengen frame")
+    (n,) = struct.unpack("<I", data[4:8])
+    header = json.loads(data[8:8 + n])
+    images, at = [], 8 + n
+    for v in header["views"]:
+        images.append(data[at:at + v["size"]])
+        at += v["size"]
+    return header, images
+
+
+class BadMessage(Exception):
+    def __init__(self, code: int, reason: str):
+        super().__init__(reason)
+        self.code, self.reason = code, reason
+
+
+def parse_message(text: str, n_starts: int) -> dict:
+    """Validate one client message; raise BadMessage with the close code to use."""
+    try:
+        msg = json.loads(text)
+    except ValueError:
+        raise BadMessage(INVALID, "not JSON") from None
+    if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+        raise BadMessage(INVALID, "expected an object with a 'type'")
+    kind = msg["type"]
+    if kind == "step":
+        keys, seq = msg.get("keys", []), msg.get("seq", 0)
+        if not isinstance(keys, list) or len(keys) > MAX_KEYS or not all(isinstance(k, str) and len(k) <= 32 for k in keys):
+            raise BadMessage(INVALID, "'keys' must be a short list of key codes")
+        if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq < 2**53:
+            raise BadMessage(INVALID, "'seq' must be a non-negative integer")
+        return {"type": kind, "keys": keys, "seq": seq}
+    if kind == "reset":
+        start = msg.get("start", 0)
+        if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < n_starts:
+            raise BadMessage(INVALID, f"'start' must be in 0..{n_starts - 1}")
+        return {"type": kind, "start": start}
+    if kind == "record":
+        if not isinstance(msg.get("on"), bool):
+            raise BadMessage(INVALID, "'on' must be true or false")
+        return {"type": kind, "on": msg["on"]}
+    raise BadMessage(INVALID, f"unknown message type '{kind[:20]}'")
+
+
+def allowed_hosts(config: ServerConfig, port: int) -> set[str] | None:
+    """Host headers we answer; None = any (the user bound a non-loopback address on purpose)."""
+    if config.host in ("0.0.0.0", "::"):
+        return None
+    names = set(LOOPBACK) if config.host in LOOPBACK else {config.host}
+    return {f"{n}:{port}" for n in names} | {f"[{n}]:{port}" for n in names if ":" in n}
+
+
+def create_app(player: Player, config: ServerConfig, port: int):
+    compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gamengen-step")  # one model step at a time
+    recordings = Path(tempfile.mkdtemp(prefix="gamengen-recordings-"))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        yield
+        compute.shutdown(wait=False, cancel_futures=True)
+        shutil.rmtree(recordings, ignore_errors=True)
+
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    hosts = allowed_hosts(config, port)
+    state = {"sessions": 0, "served": 0}
+    app.state.counters = state
+
+    def check(token: str | None, host: str | None) -> str | None:
+        if hosts is not None and host not in hosts:
+            return f"unexpected Host header {host!r}"
+        if token is None or not secrets.compare_digest(token.encode(), config.token.encode()):
+            return "missing or wrong token (use the URL the server printed)"
+        return None
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        why = check(request.query_params.get("token"), request.headers.get("host"))
+        if why:
+            return PlainTextResponse(f"403 forbidden: {why}\n", status_code=403)
+        response = await call_next(request)
+        response.headers["Cache-Control"] = "no-store"
+        response.headers["X-Frame-Options"] = "DENY"
+        return response
+
+    @app.get("/")
+    async def page():
+        return HTMLResponse((STATIC / "index.html").read_text().replace("{{TITLE}}", player.title))
+
+    @app.get("/recording/{name}")
+    async def recording(name: str):
+        path = recordings / name
+        if not name.endswith(".mp4") or path.parent != recordings or not path.is_file():
+            return PlainTextResponse("no such recording\n", status_code=404)
+        return FileResponse(path, media_type="video/mp4", filename="gamengen-session.mp4")
+
+    @app.websocket("/ws")
+    async def ws_endpoint(ws: WebSocket):
+        host = ws.headers.get("host")
+        why = check(ws.query_params.get("token"), host)
+        origin = ws.headers.get("origin")
+        if why is None and origin is not None and origin not in (f"http://{host}", f"https://{host}"):
+            why = f"cross-origin request from {origin!r}"
+        if why:
+            await ws.close(code=POLICY, reason=why[:120])  # before accept: the handshake gets a 403
+            return
+        await ws.accept()
+        if state["sessions"] >= config.max_sessions:
+            await ws.close(code=TRY_LATER, reason=f"server full ({config.max_sessions} sessions)")
+            return
+        state["sessions"] += 1
+        loop = asyncio.get_running_loop()
+        game = None
+        try:
+            game = await loop.run_in_executor(compute, player.make_game)
+            await ws.send_text(json.dumps({
+                "type": "hello", "title": player.title, "views": list(game.views), "starts": player.n_starts,
+                "fps": config.fps, "keymap": player.resolver.keymap.to_json(),
+                "actions": list(player.resolver.names), "info": player.info}))
+            await serve(ws, game, loop)
+        except WebSocketDisconnect:
+            pass
+        finally:
+            state["sessions"] -= 1
+            if game is not None:
+                await loop.run_in_executor(compute, game.close)
+
+    async def serve(ws, game, loop):
+        step, started, recorded, recording_on = 0, False, [], False
+        while True:
+            try:
+                msg = await asyncio.wait_for(ws.receive(), timeout=config.idle_timeout)
+            except asyncio.TimeoutError:
+                await ws.close(code=GOING_AWAY, reason="idle timeout")
+                return
+            if msg["type"] == "websocket.disconnect":
+                raise WebSocketDisconnect(msg.get("code", 1000))
+            try:
+                if msg.get("bytes") is not None:
+                    raise BadMessage(UNSUPPORTED, "binary messages are not accepted")
+                text = msg.get("text") or ""
+                if len(text.encode()) > config.max_message:
+                    raise BadMessage(TOO_BIG, f"message over {config.max_message} bytes")
+                m = parse_message(text, player.n_starts)
+                if m["type"] == "step" and not started:
+                    raise BadMessage(INVALID, "send a reset before the first step")
+            except BadMessage as e:
+                await ws.close(code=e.code, reason=e.reason[:120])
+                return
+            if m["type"] == "record":
+                if m["on"]:
+                    recorded, recording_on = [], True
+                elif recording_on:
+                    recording_on = False
+                    name = f"{secrets.token_urlsafe(12)}.mp4"
+                    await loop.run_in_executor(None, write_recording, recordings / name, recorded, config.fps)
+                    recorded = []
+                    await ws.send_text(json.dumps({"type": "recording", "url": f"recording/{name}?token={config.token}"}))
+                continue
+            t0 = time.perf_counter()
+            if m["type"] == "reset":
+                frames = await loop.run_in_executor(compute, game.reset, m["start"])
+                step, started, seq = 0, True, 0
+            else:
+                action = player.resolver.action(m["keys"])
+                frames = await loop.run_in_executor(compute, game.step, action)
+                step, seq = step + 1, m["seq"]
+            t1 = time.perf_counter()
+            images = [encode_jpeg(frames[v], config.jpeg_quality) for v in game.views]
+            ms = {k: round(v, 2) for k, v in getattr(game, "timings", {}).items()}
+            ms.update(step=round((t1 - t0) * 1e3, 2), encode=round((time.perf_counter() - t1) * 1e3, 2))
+            header = {"seq": seq, "step": step, "ms": ms, "ended": bool(getattr(game, "ended", False)),
+                      "views": [{"name": v, "mime": "image/jpeg", "size": len(b)} for v, b in zip(game.views, images)]}
+            if getattr(game, "real", None) is not None:
+                header["diverged"] = bool(game.real.diverged)
+            await ws.send_bytes(pack_frame(header, images))
+            state["served"] += 1
+            if recording_on and len(recorded) < MAX_RECORDED_FRAMES:
+                recorded.append(images)
+
+    return app
+
+
+def write_recording(path: Path, recorded: list[list[bytes]], fps: float) -> None:
+    """The session as mp4: the views side by side, decoded from the JPEGs that were sent."""
+    from ..data.video import write_video
+
+    def frames():
+        for images in recorded:
+            yield np.concatenate([np.asarray(Image.open(io.BytesIO(b)).convert("RGB")) for b in images], axis=1)
+
+    if recorded:
+        write_video(path, frames(), fps)
+
+
+def bind(config: ServerConfig) -> socket.socket:
+    """Bind and listen before starting, so port 0 resolves and the printed URL works at once."""
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((config.host, config.port))
+        sock.listen(128)  # connections made before uvicorn starts wait in the backlog
+    except OSError as e:
+        sock.close()
+        raise UserError(f"cannot listen on {config.host}:{config.port} ({e.strerror})",
+                        "pass another --port (0 picks a free one)") from None
+    return sock
+
+
+def url_of(config: ServerConfig, port: int) -> str:
+    host = "127.0.0.1" if config.host in ("0.0.0.0", "::") else config.host
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{port}/?token={config.token}"
+
+
+def serve_forever(player: Player, config: ServerConfig, on_ready: Callable[[str], None] = print) -> None:
+    import uvicorn
+
+    sock = bind(config)
+    port = sock.getsockname()[1]
+    app = create_app(player, config, port)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", ws_max_size=config.max_message,
+                                           ws_ping_interval=20, ws_ping_timeout=20, lifespan="on"))
+    on_ready(url_of(config, port))
+    server.run(sockets=[sock])

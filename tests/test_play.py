@@ -1,0 +1,419 @@
+"""The browser player (issue 5): the real server in a subprocess, real WebSocket clients, a real
+Chromium through Playwright, and the real ViZDoom for human recording."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import websockets
+
+from conftest import cli
+from gamengen.envs import ActionSet
+from gamengen.envs.vizdoom_env import DOOM_ACTIONS, DOOM_BUTTONS
+from gamengen.play.keymap import ActionResolver, Keymap
+from gamengen.play.server import unpack_frame
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
+
+
+class Server:
+    """`gamengen ARGS --port 0 --no-open` in a subprocess; the URL is read from what it prints."""
+
+    def __init__(self, *args):
+        self.proc = subprocess.Popen([sys.executable, "-m", "gamengen", *map(str, args), "--port", "0"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline, lines = time.time() + 300, []
+        while time.time() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            m = re.search(r"(http://\S+)", line)
+            if m and "player" in line:
+                self.url = m.group(1)
+                self.base, self.token = self.url.split("/?token=")
+                self.ws = self.base.replace("http://", "ws://") + "/ws?token=" + self.token
+                return
+        self.proc.kill()
+        raise AssertionError("server did not start:\n" + "".join(lines))
+
+    @property
+    def origin(self) -> str:
+        return self.base
+
+    def rss_kb(self) -> int:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmRSS")
+
+    def stop(self) -> str:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            out, _ = self.proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+        return out
+
+
+def http_status(url: str, headers: dict | None = None) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+@pytest.fixture(scope="module")
+def toy_server(toy, toy_model, tmp_path_factory):
+    """The toy world model with start contexts, served with the default limits."""
+    model = tmp_path_factory.mktemp("play") / "model"
+    shutil.copytree(toy_model, model)
+    cli("starts", "--model", model, "--data", toy / "store", "--n", "2", check=True)
+    server = Server("play", "--model", model, "--no-open", "--idle-timeout", "60")
+    server.model = model
+    yield server
+    server.stop()
+
+
+async def play_steps(server: Server, keys_per_step: list[list[str]], start: int = 0):
+    """Connect, reset, step; returns (hello, [(header, images)]) with the reset frame first."""
+    async with websockets.connect(server.ws, origin=server.origin, max_size=2**22) as ws:
+        hello = json.loads(await ws.recv())
+        await ws.send(json.dumps({"type": "reset", "start": start}))
+        out = [unpack_frame(await ws.recv())]
+        for i, keys in enumerate(keys_per_step):
+            await ws.send(json.dumps({"type": "step", "seq": i + 1, "keys": keys}))
+            out.append(unpack_frame(await ws.recv()))
+        return hello, out
+
+
+def decode(jpeg: bytes) -> np.ndarray:
+    import io
+
+    from PIL import Image
+
+    return np.asarray(Image.open(io.BytesIO(jpeg)).convert("RGB"))
+
+
+def test_keymap_turns_held_keys_into_the_closest_trained_action():
+    doom = ActionSet(tuple(DOOM_ACTIONS), DOOM_BUTTONS,
+                     tuple(tuple(int(b in c) for b in DOOM_BUTTONS) for c in DOOM_ACTIONS.values()))
+    r = ActionResolver(Keymap.for_env("vizdoom:freedoom1/E1M1"), doom)
+    name = lambda keys: r.names[r.action(keys)]  # noqa: E731
+    assert name([]) == "NOOP"
+    assert name(["KeyW"]) == name(["ArrowUp"]) == "FORWARD"
+    assert name(["KeyW", "KeyA"]) == "FORWARD+TURN_LEFT"
+    assert name(["AltLeft", "ArrowLeft"]) == name(["Comma"]) == "STRAFE_LEFT"
+    assert name(["Space"]) == name(["ControlLeft"]) == "ATTACK"
+    assert name(["KeyE"]) == "USE"
+    assert name(["KeyS", "KeyA"]) in ("BACKWARD", "TURN_LEFT")  # no such chord was trained: never adds buttons
+    assert name(["KeyQ", "F5"]) == "NOOP"
+    atari = ActionSet(("NOOP", "FIRE", "UP", "RIGHT", "LEFT", "DOWN", "UPRIGHT", "UPFIRE", "UPRIGHTFIRE"))
+    r = ActionResolver(Keymap.for_env("atari:Breakout"), atari)
+    assert r.names[r.action(["KeyW", "KeyD", "Space"])] == "UPRIGHTFIRE"
+    assert r.names[r.action(["KeyW", "Space"])] == "UPFIRE"
+
+
+def test_different_keys_give_different_frames_and_the_same_keys_the_same(toy_server):
+    _, up = asyncio.run(play_steps(toy_server, [["ArrowUp"]] * 6))
+    _, up2 = asyncio.run(play_steps(toy_server, [["ArrowUp"]] * 6))
+    _, down = asyncio.run(play_steps(toy_server, [["ArrowDown"]] * 6))
+    assert [h["step"] for h, _ in up] == list(range(7))
+    assert [h["seq"] for h, _ in up[1:]] == list(range(1, 7))
+    assert all(h["ms"]["denoise"] > 0 and h["ms"]["decode"] > 0 for h, _ in up[1:])
+    assert np.array_equal(decode(up[0][1][0]), decode(down[0][1][0]))  # same start
+    assert all(a[1] == b[1] for a, b in zip(up, up2))  # reset seeds the noise: a replay is exact
+    assert not np.array_equal(decode(up[-1][1][0]), decode(down[-1][1][0]))
+
+
+def test_refuses_requests_without_the_token_or_from_elsewhere(toy_server):
+    s = toy_server
+    assert http_status(s.url) == 200
+    assert http_status(s.base + "/") == 403
+    assert http_status(s.base + "/?token=wrong") == 403
+    port = s.base.rsplit(":", 1)[1]
+    # DNS rebinding: a page on another name that resolves here still sends its own Host
+    assert http_status(s.url, {"Host": f"evil.example:{port}"}) == 403
+
+    async def ws_status(url, **kw):
+        try:
+            async with websockets.connect(url, **kw) as ws:
+                await ws.recv()
+                return 101
+        except websockets.InvalidStatus as e:
+            return e.response.status_code
+
+    assert asyncio.run(ws_status(s.ws, origin=s.origin)) == 101
+    assert asyncio.run(ws_status(s.ws.split("?")[0], origin=s.origin)) == 403
+    assert asyncio.run(ws_status(s.ws + "x", origin=s.origin)) == 403
+    assert asyncio.run(ws_status(s.ws, origin="http://evil.example")) == 403
+
+
+def test_listens_on_loopback_only_unless_told(toy_server):
+    port = int(toy_server.base.rsplit(":", 1)[1])
+    listening = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            addr, p = local.split(":")
+            if int(p, 16) == port and state == "0A":
+                listening.append(addr)
+    assert listening == ["0100007F"]  # 127.0.0.1, and nothing else
+    res = cli("play", "--help")
+    assert "127.0.0.1" in res.stdout
+
+
+def test_eight_sessions_play_a_ninth_is_refused_and_junk_leaves_the_server_up(toy_server):
+    s = toy_server
+
+    async def load():
+        clients = [await websockets.connect(s.ws, origin=s.origin) for _ in range(8)]
+        for ws in clients:
+            assert json.loads(await ws.recv())["type"] == "hello"
+        # all 8 step at once; each gets its frames
+        async def run(ws):
+            await ws.send(json.dumps({"type": "reset", "start": 0}))
+            got = [unpack_frame(await ws.recv())]
+            for i in range(3):
+                await ws.send(json.dumps({"type": "step", "seq": i + 1, "keys": ["ArrowLeft"]}))
+                got.append(unpack_frame(await ws.recv()))
+            return got
+        results = await asyncio.gather(*(run(ws) for ws in clients))
+        assert all(len(r) == 4 and r[-1][0]["step"] == 3 for r in results)
+        ninth = await websockets.connect(s.ws, origin=s.origin)
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await ninth.recv()
+        assert closed.value.rcvd.code == 1013 and "full" in closed.value.rcvd.reason
+        for ws in clients:
+            await ws.close()
+
+    asyncio.run(load())
+
+    rng = random.Random(0)
+    junk = [lambda: "not json", lambda: "[1,2,3]", lambda: json.dumps({"type": "warp"}),
+            lambda: json.dumps({"type": "step", "seq": 1, "keys": ["KeyW"]}),  # before any reset
+            lambda: json.dumps({"type": "reset", "start": 99}), lambda: json.dumps({"type": "reset", "start": "0"}),
+            lambda: json.dumps({"type": "record", "on": "yes"}), lambda: "x" * 5000,  # over max_message
+            lambda: bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 300))),
+            lambda: json.dumps({"type": "step", "seq": -1, "keys": []}),
+            lambda: "".join(chr(rng.randint(32, 0x2FFF)) for _ in range(rng.randint(1, 200)))]
+
+    async def send_junk(n):
+        codes = []
+        for i in range(n):
+            async with websockets.connect(s.ws, origin=s.origin) as ws:
+                await ws.recv()  # hello
+                if i % 3 == 0 and i % len(junk) != 3:  # some junk arrives mid-game (not the early step)
+                    await ws.send(json.dumps({"type": "reset", "start": 0}))
+                    await ws.recv()
+                await ws.send(junk[i % len(junk)]())
+                try:
+                    while True:
+                        await asyncio.wait_for(ws.recv(), 30)
+                except websockets.ConnectionClosed as e:
+                    codes.append(e.rcvd.code if e.rcvd else None)
+        return codes
+
+    first = asyncio.run(send_junk(110))
+    rss_before = s.rss_kb()
+    codes = first + asyncio.run(send_junk(220))
+    rss_after = s.rss_kb()
+    assert set(codes) <= {1003, 1007, 1009}, set(codes)
+    assert toy_server.proc.poll() is None
+    assert rss_after - rss_before < 30_000, (rss_before, rss_after)  # flat: no per-connection leak
+    _, frames = asyncio.run(play_steps(s, [["ArrowRight"]] * 2))  # and it still plays
+    assert frames[-1][0]["step"] == 2
+
+
+def test_a_recorded_session_downloads_as_mp4(toy_server):
+    import imageio.v3 as iio
+
+    async def record():
+        async with websockets.connect(toy_server.ws, origin=toy_server.origin) as ws:
+            await ws.recv()
+            await ws.send(json.dumps({"type": "reset", "start": 0}))
+            await ws.recv()
+            await ws.send(json.dumps({"type": "record", "on": True}))
+            for i in range(6):
+                await ws.send(json.dumps({"type": "step", "seq": i + 1, "keys": ["ArrowUp"]}))
+                await ws.recv()
+            await ws.send(json.dumps({"type": "record", "on": False}))
+            return json.loads(await ws.recv())
+
+    msg = asyncio.run(record())
+    assert msg["type"] == "recording"
+    with urllib.request.urlopen(f"{toy_server.base}/{msg['url']}", timeout=30) as r:
+        assert r.headers["Content-Type"] == "video/mp4"
+        video = r.read()
+    assert iio.imread(video, extension=".mp4").shape[0] == 6
+    assert http_status(f"{toy_server.base}/{msg['url'].split('?')[0]}") == 403
+
+
+def test_the_pygame_window_plays_the_same_game(toy_server, monkeypatch):
+    import pygame
+
+    from gamengen.play.players import neural_player
+    from gamengen.play.window import run_window
+
+    monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")
+    player = neural_player(toy_server.model)
+    actions = []
+    make = player.make_game
+
+    def spying_game():
+        game = make()
+        step = game.step
+        game.step = lambda a: (actions.append(player.resolver.names[a]), step(a))[1]
+        return game
+
+    player.make_game = spying_game
+    press = {0: [pygame.event.Event(pygame.KEYDOWN, key=pygame.K_UP)],
+             3: [pygame.event.Event(pygame.KEYUP, key=pygame.K_UP), pygame.event.Event(pygame.KEYDOWN, key=pygame.K_d)]}
+    assert run_window(player, fps=1000, max_frames=6, events=lambda i: press.get(i, [])) == 6
+    assert actions == ["UP"] * 3 + ["RIGHT"] * 3
+
+
+def test_starts_refuses_a_store_of_another_game(toy, toy_model, doom_store, tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(toy_model, model)
+    res = cli("starts", "--model", model, "--data", doom_store)
+    assert res.returncode == 2 and "does not hold this model's game" in res.stderr
+    res = cli("play", "--model", model, "--no-open", "--port", "0")  # no starts yet
+    assert res.returncode == 2 and "gamengen starts" in res.stderr
+
+
+def test_human_play_of_the_real_game_is_recorded(tmp_path):
+    server = Server("record", "--policy", "human", "--env", "vizdoom:freedoom1/E1M1", "--out", tmp_path / "store")
+
+    async def human():
+        async with websockets.connect(server.ws, origin=server.origin) as ws:
+            hello = json.loads(await ws.recv())
+            assert hello["views"] == ["real"]
+            sent = []
+            for keys_list in ([["KeyW"]] * 30 + [["KeyA", "KeyW"]] * 10, [["Space"]] * 12):
+                await ws.send(json.dumps({"type": "reset", "start": 0}))
+                await ws.recv()
+                for i, keys in enumerate(keys_list):
+                    await ws.send(json.dumps({"type": "step", "seq": i + 1, "keys": keys}))
+                    h, _ = unpack_frame(await ws.recv())
+                sent.append(keys_list)
+            return hello, sent
+
+    hello, sent = asyncio.run(human())
+    out = server.stop()
+    assert "2 episode(s) of your play saved" in out, out
+    from gamengen.data.store import Store
+
+    store = Store.open(tmp_path / "store")
+    eps = sorted(store.episodes(), key=lambda r: r.id)
+    assert [r.length for r in eps] == [40, 12]
+    names = hello["actions"]
+    acts = [names[a] for a in store.open_episode(eps[0])["actions"][:]]
+    assert acts == ["FORWARD"] * 30 + ["FORWARD+TURN_LEFT"] * 10
+    assert cli("data", "verify", tmp_path / "store").returncode == 0
+
+
+BUNDLED = Path(__file__).resolve().parents[1] / "models" / "freedoom-e1m1"
+needs_browser = pytest.mark.skipif(CHROMIUM is None and not os.environ.get("GAMENGEN_REQUIRE_BROWSER"),
+                                   reason="Debian chromium is not installed (.ci/run installs it)")
+
+
+@pytest.fixture(scope="module")
+def bundled_server():
+    server = Server("play", "--model", BUNDLED, "--no-open")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def ghost_server():
+    server = Server("play", "--model", BUNDLED, "--no-open", "--ghost")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM, "GAMENGEN_REQUIRE_BROWSER is set but chromium is missing"
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+def open_player(browser, server):
+    page = browser.new_page(viewport={"width": 1360, "height": 760})
+    page.goto(server.url)
+    page.wait_for_function("window.gamengen && window.gamengen.hello !== null && window.gamengen.step === 0",
+                           timeout=120_000)
+    return page
+
+
+def hold_and_play(page, key: str, frames: int, start: int = 0) -> dict[str, str]:
+    """Reset to a start, hold a key for ``frames`` frames, pause; returns each view's pixels."""
+    page.select_option("#startsel", str(start))
+    page.click("#reset")
+    page.wait_for_function("window.gamengen.step === 0")
+    first = page.evaluate("window.gamengen.frames")
+    page.keyboard.down(key)
+    page.click("#start")
+    page.wait_for_function(f"window.gamengen.frames >= {first + frames}", timeout=300_000)
+    page.click("#pause")
+    page.keyboard.up(key)
+    page.wait_for_timeout(1000)  # the frame in flight lands
+    return page.evaluate("Object.fromEntries([...document.querySelectorAll('canvas')].map(c => [c.id, c.toDataURL()]))")
+
+
+def save_screenshot(page, tmp_path, name: str) -> None:
+    page.screenshot(path=str(tmp_path / name))
+    if os.environ.get("GAMENGEN_DOCS_SCREENSHOTS"):  # refresh the committed pictures
+        shutil.copy(tmp_path / name, DOCS_IMAGES / name)
+
+
+@needs_browser
+def test_the_bundled_game_plays_in_chromium(bundled_server, browser, tmp_path):
+    page = open_player(browser, bundled_server)
+    forward = hold_and_play(page, "ArrowUp", 16)
+    turning = hold_and_play(page, "ArrowLeft", 16)
+    assert page.evaluate("window.gamengen.frames") >= 32
+    assert forward["view-model"] != turning["view-model"]
+    hud = page.inner_text("#hud")
+    assert re.search(r"FPS \d+\.\d", hud) and "p95" in hud and "denoise" in hud, hud
+    assert page.evaluate("window.gamengen.fps") > 0
+    save_screenshot(page, tmp_path, "player.png")
+
+
+@needs_browser
+def test_ghost_mode_shows_the_real_game_beside_the_model(ghost_server, browser, tmp_path):
+    from gamengen.play.starts import load_starts
+
+    starts = load_starts(BUNDLED)
+    for i, s in enumerate(starts):  # the real game replays every start to its recorded frame
+        _, frames = asyncio.run(play_steps(ghost_server, [["KeyW"]] * 3, start=i))
+        header, (model, real) = frames[0]
+        assert [v["name"] for v in header["views"]] == ["model", "real"] and not header["diverged"]
+        assert np.abs(decode(real).astype(int) - s.frames[-1]).mean() < 3  # JPEG of the same frame
+        assert not np.array_equal(decode(frames[-1][1][1]), decode(real))  # the real game moved
+    page = open_player(browser, ghost_server)
+    views = hold_and_play(page, "ArrowUp", 20, start=len(starts) - 1)
+    assert set(views) == {"view-model", "view-real"}
+    save_screenshot(page, tmp_path, "ghost.png")
