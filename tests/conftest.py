@@ -65,8 +65,8 @@ def toy(tmp_path_factory):
 @pytest.fixture(scope="session")
 def toy_model(toy):
     """The tiny world model of the Done-when: 600 steps through `gamengen train`."""
-    cli("train", "--data", toy / "store", "--ae", toy / "ae", "--out", toy / "run", *TINY, "--steps", "600",
-        check=True)
+    cli("train", "--data", toy / "store", "--ae", toy / "ae", "--out", toy / "run", "--preset", "tiny",
+        "--checkpoint-every", "10", "--sample-every", "300", "--steps", "600", check=True)
     return toy / "run" / "model"
 
 

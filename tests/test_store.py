@@ -93,3 +93,21 @@ def test_shards_from_two_machines_merge_by_copying(tmp_path, toy_store):
     info = json.loads(cli("data", "info", merged, "--json", check=True).stdout)
     assert info["frames"] == 1500 + 300 and "s99-w0" in info["shards"]
     assert cli("data", "verify", merged).returncode == 0
+
+
+def test_a_snapshot_is_frozen_while_the_source_grows(tmp_path):
+    src = Store.create_or_open(tmp_path / "src", SPEC)
+    shard = ShardWriter(src, "w0", {"policy": "test"})
+    write_episode(shard, "e0", 70, 0)
+    w = shard.begin("e1", {"policy": "test"})  # being written while the snapshot is taken
+    w.add(np.zeros((24, 32, 3), np.uint8), 0, 0.0, False, False, {"x": 0.0}, {"automap": np.zeros((24, 32, 3), np.uint8)})
+    res = cli("data", "snapshot", tmp_path / "src", "--out", tmp_path / "snap", check=True)
+    assert "1 episodes, 70 frames" in res.stdout
+    w.finish()
+    write_episode(shard, "e2", 5, 2)
+    shard.close()
+    assert [r.id for r in Store.open(tmp_path / "snap").episodes()] == ["e0"]
+    assert len(Store.open(tmp_path / "src").episodes()) == 3
+    assert cli("data", "verify", tmp_path / "snap").returncode == 0
+    again = cli("data", "snapshot", tmp_path / "src", "--out", tmp_path / "snap")
+    assert again.returncode == 2 and "already exists" in again.stderr

@@ -61,6 +61,7 @@ def test_toy_model_follows_the_action(toy, toy_model):
     assert margin > 2.0, (np.mean(true_psnr), np.mean(wrong_psnr))
     assert np.mean(np.array(true_psnr) > np.array(wrong_psnr)) >= 0.75
     assert list((toy / "run" / "checkpoints").glob("step-*"))
+    assert sorted(p.name for p in (toy / "run" / "samples").iterdir()) == ["step-00000300.png", "step-00000600.png"]
     assert len(json.loads((toy / "run" / "losses.json").read_text())) == 600
 
 

@@ -186,6 +186,16 @@ def data_export(
     typer.echo(f"exported {res['episodes']} episodes to {res['out']}")
 
 
+@data_app.command("snapshot")
+def data_snapshot(store: Path, out: Path = typer.Option(..., "--out", help="New folder for the frozen copy.")):
+    """Freeze the episodes a store lists now (hard links), e.g. to train on an agent run in progress."""
+    from .data.export import snapshot_store
+    from .data.store import Store
+
+    episodes, frames = snapshot_store(Store.open(store), out)
+    typer.echo(f"{out}: {episodes} episodes, {frames} frames")
+
+
 @app.command("train-ae")
 def train_ae(
     data: Path = typer.Option(..., "--data", help="Trajectory store to learn frames from."),

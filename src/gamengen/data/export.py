@@ -108,3 +108,42 @@ def export_store(store: Store, out: Path, crf: int = 18, report: Callable[[int],
     os.replace(tmp_eps, out / "episodes.csv")
     write_json_atomic(out / "store.json", spec.to_json())
     return {"episodes": len(records), "out": str(out)}
+
+
+def snapshot_store(store: Store, out: Path) -> tuple[int, int]:
+    """A frozen copy of the episodes a store lists now, for training on a store that is still being
+    written (an agent run). Episode files never change once listed, so they are hard links (no
+    extra disk); manifests and specs are copied, so later appends to the source do not show.
+    Returns (episodes, frames)."""
+    import shutil
+
+    out = Path(out)
+    if out.exists():
+        raise UserError(f"{out} already exists", "pick a new folder for the snapshot")
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    def link(src, dst):
+        try:
+            os.link(src, dst)
+        except OSError:  # another file system
+            shutil.copy2(src, dst)
+
+    episodes = frames = 0
+    try:
+        tmp.mkdir(parents=True)
+        shutil.copy2(store.root / "store.json", tmp / "store.json")
+        for shard in store.shards():
+            records = [r for r in store.episodes() if r.shard == shard]
+            (tmp / shard).mkdir()
+            shutil.copy2(store.root / shard / "shard.json", tmp / shard / "shard.json")
+            for rec in records:
+                shutil.copytree(store.root / rec.path, tmp / rec.path, copy_function=link)
+            lines = (store.root / shard / "manifest.jsonl").read_text().splitlines()[:len(records)]
+            (tmp / shard / "manifest.jsonl").write_text("".join(line + "\n" for line in lines))
+            episodes += len(records)
+            frames += sum(r.length for r in records)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return episodes, frames

@@ -160,8 +160,7 @@ def create_app(player: Player, config: ServerConfig, port: int):
 
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     hosts = allowed_hosts(config, port)
-    state = {"sessions": 0, "served": 0}
-    app.state.counters = state
+    state = {"sessions": 0}
 
     def check(token: str | None, host: str | None) -> str | None:
         if hosts is not None and host not in hosts:
@@ -271,7 +270,6 @@ def create_app(player: Player, config: ServerConfig, port: int):
             if getattr(game, "real", None) is not None:
                 header["diverged"] = bool(game.real.diverged)
             await ws.send_bytes(pack_frame(header, images))
-            state["served"] += 1
             if recording_on and len(recorded) < MAX_RECORDED_FRAMES:
                 recorded.append(images)
 

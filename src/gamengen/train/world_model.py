@@ -167,6 +167,7 @@ def save_png(path: Path, image: np.ndarray) -> None:
 
     buf = io.BytesIO()
     Image.fromarray(image).save(buf, format="PNG")
+    path.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(path, buf.getvalue())
 
 
