@@ -26,6 +26,7 @@ from gamengen.envs import ActionSet
 from gamengen.envs.vizdoom_env import DOOM_ACTIONS, DOOM_BUTTONS
 from gamengen.play.keymap import ActionResolver, Keymap
 from gamengen.play.server import unpack_frame
+from gamengen.play.starts import load_starts
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
@@ -402,18 +403,19 @@ def test_the_bundled_game_plays_in_chromium(bundled_server, browser, tmp_path):
     save_screenshot(page, tmp_path, "player.png")
 
 
-@needs_browser
-def test_ghost_mode_shows_the_real_game_beside_the_model(ghost_server, browser, tmp_path):
-    from gamengen.play.starts import load_starts
-
+def test_ghost_mode_replays_each_start_and_runs_in_lockstep(ghost_server):
     starts = load_starts(BUNDLED)
     for i, s in enumerate(starts):  # the real game replays every start to its recorded frame
         _, frames = asyncio.run(play_steps(ghost_server, [["KeyW"]] * 3, start=i))
         header, (model, real) = frames[0]
         assert [v["name"] for v in header["views"]] == ["model", "real"] and not header["diverged"]
-        assert np.abs(decode(real).astype(int) - s.frames[-1]).mean() < 3  # JPEG of the same frame
+        assert np.abs(decode(real).astype(int) - s.frames[-1]).mean() < 8  # the JPEG of that frame (exact on the server)
         assert not np.array_equal(decode(frames[-1][1][1]), decode(real))  # the real game moved
+
+
+@needs_browser
+def test_ghost_mode_shows_both_views_in_chromium(ghost_server, browser, tmp_path):
     page = open_player(browser, ghost_server)
-    views = hold_and_play(page, "ArrowUp", 20, start=len(starts) - 1)
+    views = hold_and_play(page, "ArrowUp", 20, start=len(load_starts(BUNDLED)) - 1)
     assert set(views) == {"view-model", "view-real"}
     save_screenshot(page, tmp_path, "ghost.png")
