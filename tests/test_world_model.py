@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 import torch
 
 from conftest import TINY, cli, snapshot

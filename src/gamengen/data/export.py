@@ -110,6 +110,15 @@ def export_store(store: Store, out: Path, crf: int = 18, report: Callable[[int],
     return {"episodes": len(records), "out": str(out)}
 
 
+def _link_or_copy(src, dst) -> None:
+    import shutil
+
+    try:
+        os.link(src, dst)
+    except OSError:  # another file system
+        shutil.copy2(src, dst)
+
+
 def snapshot_store(store: Store, out: Path) -> tuple[int, int]:
     """A frozen copy of the episodes a store lists now, for training on a store that is still being
     written (an agent run). Episode files never change once listed, so they are hard links (no
@@ -122,12 +131,6 @@ def snapshot_store(store: Store, out: Path) -> tuple[int, int]:
         raise UserError(f"{out} already exists", "pick a new folder for the snapshot")
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    def link(src, dst):
-        try:
-            os.link(src, dst)
-        except OSError:  # another file system
-            shutil.copy2(src, dst)
-
     episodes = frames = 0
     try:
         tmp.mkdir(parents=True)
@@ -137,7 +140,7 @@ def snapshot_store(store: Store, out: Path) -> tuple[int, int]:
             (tmp / shard).mkdir()
             shutil.copy2(store.root / shard / "shard.json", tmp / shard / "shard.json")
             for rec in records:
-                shutil.copytree(store.root / rec.path, tmp / rec.path, copy_function=link)
+                shutil.copytree(store.root / rec.path, tmp / rec.path, copy_function=_link_or_copy)
             lines = (store.root / shard / "manifest.jsonl").read_text().splitlines()[:len(records)]
             (tmp / shard / "manifest.jsonl").write_text("".join(line + "\n" for line in lines))
             episodes += len(records)
