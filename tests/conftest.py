@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -72,3 +76,60 @@ def toy_model(toy):
 
 os.environ.setdefault("PYTHONUNBUFFERED", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does: no spinning threads on shared cores
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_browser = pytest.mark.skipif(CHROMIUM is None and not os.environ.get("GAMENGEN_REQUIRE_BROWSER"),
+                                   reason="Debian chromium is not installed (.ci/run installs it)")
+
+
+class Server:
+    """`gamengen ARGS --port 0 --no-open` in a subprocess; the URL is read from what it prints."""
+
+    def __init__(self, *args, ready: str = "player"):
+        self.proc = subprocess.Popen([sys.executable, "-m", "gamengen", *map(str, args), "--port", "0"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline, lines = time.time() + 300, []
+        while time.time() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            m = re.search(r"(http://\S+)", line)
+            if m and ready in line:
+                self.url = m.group(1)
+                self.base, self.token = self.url.split("/?token=")
+                self.ws = self.base.replace("http://", "ws://") + "/ws?token=" + self.token
+                return
+        self.proc.kill()
+        raise AssertionError("server did not start:\n" + "".join(lines))
+
+    @property
+    def origin(self) -> str:
+        return self.base
+
+    def rss_kb(self) -> int:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmRSS")
+
+    def stop(self) -> str:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            out, _ = self.proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+        return out
+
+
+@pytest.fixture
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM, "GAMENGEN_REQUIRE_BROWSER is set but chromium is missing"
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        b.close()

@@ -9,10 +9,6 @@ import os
 import random
 import re
 import shutil
-import signal
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -21,56 +17,16 @@ import numpy as np
 import pytest
 import websockets
 
-from conftest import cli
+from conftest import Server, cli, needs_browser
 from gamengen.envs import ActionSet
 from gamengen.envs.vizdoom_env import DOOM_ACTIONS, DOOM_BUTTONS
 from gamengen.play.keymap import ActionResolver, Keymap
 from gamengen.play.server import unpack_frame
 from gamengen.play.starts import load_starts
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
 
 
-class Server:
-    """`gamengen ARGS --port 0 --no-open` in a subprocess; the URL is read from what it prints."""
-
-    def __init__(self, *args):
-        self.proc = subprocess.Popen([sys.executable, "-m", "gamengen", *map(str, args), "--port", "0"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline, lines = time.time() + 300, []
-        while time.time() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            m = re.search(r"(http://\S+)", line)
-            if m and "player" in line:
-                self.url = m.group(1)
-                self.base, self.token = self.url.split("/?token=")
-                self.ws = self.base.replace("http://", "ws://") + "/ws?token=" + self.token
-                return
-        self.proc.kill()
-        raise AssertionError("server did not start:\n" + "".join(lines))
-
-    @property
-    def origin(self) -> str:
-        return self.base
-
-    def rss_kb(self) -> int:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-        raise AssertionError("no VmRSS")
-
-    def stop(self) -> str:
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            out, _ = self.proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            out, _ = self.proc.communicate()
-        return out
 
 
 def http_status(url: str, headers: dict | None = None) -> int:
@@ -332,8 +288,6 @@ def test_human_play_of_the_real_game_is_recorded(tmp_path):
 
 
 BUNDLED = Path(__file__).resolve().parents[1] / "models" / "freedoom-e1m1"
-needs_browser = pytest.mark.skipif(CHROMIUM is None and not os.environ.get("GAMENGEN_REQUIRE_BROWSER"),
-                                   reason="Debian chromium is not installed (.ci/run installs it)")
 
 
 @pytest.fixture(scope="module")
@@ -350,15 +304,6 @@ def ghost_server():
     server.stop()
 
 
-@pytest.fixture
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    assert CHROMIUM, "GAMENGEN_REQUIRE_BROWSER is set but chromium is missing"
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield b
-        b.close()
 
 
 def open_player(browser, server):

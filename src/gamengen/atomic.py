@@ -44,3 +44,27 @@ def append_line_durable(path: str | os.PathLike, line: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_png(path: str | os.PathLike, image) -> None:
+    """An (H, W, 3) uint8 array as a PNG, atomically; creates the folder."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(image).save(buf, format="PNG")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(path, buf.getvalue())
+
+
+def write_figure(path: str | os.PathLike, fig, dpi: int = 110) -> None:
+    """A matplotlib figure as a PNG, atomically; closes the figure."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    plt.close(fig)
+    write_bytes_atomic(path, buf.getvalue())

@@ -7,6 +7,7 @@ import platform
 import shutil
 import tempfile
 import time
+from pathlib import Path
 
 from .record.recorder import RecordConfig, bench_env, record
 
@@ -96,7 +97,6 @@ def bench_train(preset: str = "cpu", steps: int = 10, height: int = 120, width: 
     return out
 
 
-
 def bench_play(model_dir, frames: int = 200, steps: int = 4, report=lambda n: None) -> dict:
     """End-to-end play speed through the real server: a WebSocket client on loopback asks for one
     frame at a time, as the page does, holding a changing key, with no frame pacing.
@@ -161,3 +161,62 @@ def bench_play(model_dir, frames: int = 200, steps: int = 4, report=lambda n: No
                        "mean": float(lat_a.mean())},
         "stages_ms": {k: statistics.median(s[k] for s in stages) for k in stages[0]},
     }
+
+
+def bench_agent(env_id: str = "vizdoom:freedoom1/E1M1", n_steps: int = 128, rollouts: int = 2,
+                report=lambda n: None) -> dict:
+    """PPO env steps/s, updates included, for our agent (`gamengen agent`, recording on) and for
+    stock SB3 ``CnnPolicy`` on the same map, in one run, with the same 8 games, rollout length,
+    epochs and minibatch. Only `learn()` is timed: process and game start-up are left out of both.
+
+    Steps are counted both ways: game frames (our store's unit) and PPO decisions (frames / hold).
+    """
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from .agent.stock import StockDoomEnv
+    from .agent.train import AgentConfig, replace, train
+
+    cfg = replace(AgentConfig(), n_steps=n_steps, eval_every=10**12)
+    hold, n_envs = cfg.env.hold, cfg.n_envs
+    frames = n_envs * n_steps * hold * rollouts
+    out = {"env_id": env_id, "machine": machine(), "threads": torch.get_num_threads(), "n_envs": n_envs,
+           "n_steps": n_steps, "rollouts": rollouts, "n_epochs": cfg.n_epochs, "batch_size": cfg.batch_size,
+           "hold": hold, "frames": frames}
+
+    marks: list[tuple[float, int]] = []
+
+    def tick(done: int, total: int) -> None:
+        marks.append((time.perf_counter(), done))
+        if len(marks) > 1:
+            report(done - marks[-2][1])
+
+    tmp = tempfile.mkdtemp(prefix="gamengen-bench-agent-")
+    try:
+        train(f"{tmp}/run", replace(cfg, steps=frames, **{"env.env_id": env_id}), report=tick)
+        disk = sum(p.stat().st_size for p in Path(tmp, "run", "store").rglob("*") if p.is_file())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    ours_s = marks[-1][0] - marks[0][0]  # first report: models and games ready; last: learn() done
+    out["ours"] = {"setup": "gamengen agent: frame + automap CNNs (bf16), 32-action history, "
+                            f"{cfg.vec_env} games, every frame recorded", "seconds": ours_s,
+                   "stored_mb": disk / 1e6}
+
+    venv = make_vec_env(lambda: StockDoomEnv(env_id, hold, cfg.env.max_episode_frames), n_envs=n_envs, seed=0)
+    try:
+        model = PPO("CnnPolicy", venv, n_steps=n_steps, batch_size=cfg.batch_size, n_epochs=cfg.n_epochs,
+                    learning_rate=cfg.learning_rate, gamma=cfg.gamma, ent_coef=cfg.ent_coef, seed=0, verbose=0)
+        t0 = time.perf_counter()
+        model.learn(frames // hold)
+        stock_s = time.perf_counter() - t0
+        report(frames)
+    finally:
+        venv.close()
+    out["stock"] = {"setup": "SB3 PPO('CnnPolicy') on the screen only, make_vec_env (DummyVecEnv), fp32",
+                    "seconds": stock_s}
+    for k in ("ours", "stock"):
+        out[k]["frames_per_s"] = frames / out[k]["seconds"]
+        out[k]["decisions_per_s"] = frames / hold / out[k]["seconds"]
+    out["ours_vs_stock"] = out["ours"]["frames_per_s"] / out["stock"]["frames_per_s"]
+    return out

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..atomic import write_bytes_atomic, write_json_atomic
+from ..atomic import write_bytes_atomic, write_figure, write_json_atomic
 from ..data.store import EpisodeRecord, Store
 from ..errors import UserError
 from .reward import CELL
@@ -87,12 +87,7 @@ def plot(curve: dict, path: Path) -> None:
         ax.set_xlabel("training step (game frames)")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    write_bytes_atomic(path, buf.getvalue())
+    write_figure(path, fig)
 
 
 def fmt(s: dict) -> str:

@@ -36,7 +36,9 @@ def scheduler_config(cfg: DenoiserConfig) -> dict:
 
 
 def bucket_of(level: torch.Tensor, cfg: DenoiserConfig) -> torch.Tensor:
-    """Noise level in [0, max] -> bucket index in [0, buckets - 1]."""
+    """Noise level in [0, max] -> bucket index in [0, buckets - 1] (all 0 with augmentation off)."""
+    if cfg.max_noise_level <= 0:
+        return torch.zeros(level.shape, dtype=torch.long, device=level.device)
     b = (level / cfg.max_noise_level * cfg.noise_buckets).floor().long()
     return b.clamp(0, cfg.noise_buckets - 1)
 

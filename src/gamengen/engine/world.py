@@ -30,18 +30,28 @@ class EngineConfig:
     noise_level: float | None = None  # context noise level told to the model; None = the model's
 
 
+def read_meta(model_dir: str | Path) -> dict:
+    """A world model folder's gamengen_wm.json (game, actions, sampling settings)."""
+    from ..train.world_model import WM_META
+
+    path = Path(model_dir) / WM_META
+    if not path.is_file():
+        raise UserError(f"no world model in {model_dir} ({WM_META} missing)",
+                        "pass the model/ folder that `gamengen train` writes")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        raise UserError(f"{path} is not valid JSON", "re-export the model with `gamengen train`") from None
+
+
 class NeuralWorld:
     def __init__(self, model_dir: str | Path, config: EngineConfig | None = None):
         from ..diffusion.denoiser import Denoiser, DenoiserConfig
         from ..models.autoencoder import FrameCodec
         from ..models.unet import ActionConditionedUNet
-        from ..train.world_model import WM_META
 
         model_dir = Path(model_dir)
-        if not (model_dir / WM_META).exists():
-            raise UserError(f"no world model in {model_dir} ({WM_META} missing)",
-                            "pass the model/ folder that `gamengen train` writes")
-        self.meta = json.loads((model_dir / WM_META).read_text())
+        self.meta = read_meta(model_dir)
         self.config = config or EngineConfig()
         self.codec = FrameCodec.load(model_dir / "ae")
         try:

@@ -148,6 +148,31 @@ def allowed_hosts(config: ServerConfig, port: int) -> set[str] | None:
     return {f"{n}:{port}" for n in names} | {f"[{n}]:{port}" for n in names if ":" in n}
 
 
+def guard(app: FastAPI, config: ServerConfig, port: int) -> Callable[[str | None, str | None], str | None]:
+    """Refuse every HTTP request without the token or with a foreign Host header (403); returns the
+    check, for WebSockets, which the middleware does not see."""
+    hosts = allowed_hosts(config, port)
+
+    def check(token: str | None, host: str | None) -> str | None:
+        if hosts is not None and host not in hosts:
+            return f"unexpected Host header {host!r}"
+        if token is None or not secrets.compare_digest(token.encode(), config.token.encode()):
+            return "missing or wrong token (use the URL the server printed)"
+        return None
+
+    @app.middleware("http")
+    async def middleware(request: Request, call_next):
+        why = check(request.query_params.get("token"), request.headers.get("host"))
+        if why:
+            return PlainTextResponse(f"403 forbidden: {why}\n", status_code=403)
+        response = await call_next(request)
+        response.headers["Cache-Control"] = "no-store"
+        response.headers["X-Frame-Options"] = "DENY"
+        return response
+
+    return check
+
+
 def create_app(player: Player, config: ServerConfig, port: int):
     compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gamengen-step")  # one model step at a time
     recordings = Path(tempfile.mkdtemp(prefix="gamengen-recordings-"))
@@ -159,25 +184,8 @@ def create_app(player: Player, config: ServerConfig, port: int):
         shutil.rmtree(recordings, ignore_errors=True)
 
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
-    hosts = allowed_hosts(config, port)
+    check = guard(app, config, port)
     state = {"sessions": 0}
-
-    def check(token: str | None, host: str | None) -> str | None:
-        if hosts is not None and host not in hosts:
-            return f"unexpected Host header {host!r}"
-        if token is None or not secrets.compare_digest(token.encode(), config.token.encode()):
-            return "missing or wrong token (use the URL the server printed)"
-        return None
-
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
-        why = check(request.query_params.get("token"), request.headers.get("host"))
-        if why:
-            return PlainTextResponse(f"403 forbidden: {why}\n", status_code=403)
-        response = await call_next(request)
-        response.headers["Cache-Control"] = "no-store"
-        response.headers["X-Frame-Options"] = "DENY"
-        return response
 
     @app.get("/")
     async def page():
@@ -310,12 +318,17 @@ def url_of(config: ServerConfig, port: int) -> str:
 
 
 def serve_forever(player: Player, config: ServerConfig, on_ready: Callable[[str], None] = print) -> None:
+    serve_app(lambda port: create_app(player, config, port), config, on_ready)
+
+
+def serve_app(make_app: Callable[[int], FastAPI], config: ServerConfig,
+              on_ready: Callable[[str], None] = print) -> None:
+    """Bind, print the URL (with its token), serve until Ctrl-C."""
     import uvicorn
 
     sock = bind(config)
     port = sock.getsockname()[1]
-    app = create_app(player, config, port)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", ws_max_size=config.max_message,
+    server = uvicorn.Server(uvicorn.Config(make_app(port), log_level="warning", ws_max_size=config.max_message,
                                            ws_ping_interval=20, ws_ping_timeout=20, lifespan="on"))
     on_ready(url_of(config, port))
     server.run(sockets=[sock])

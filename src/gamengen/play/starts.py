@@ -39,23 +39,13 @@ class Start:
 
 def make_starts(store_path: str | Path, model_dir: str | Path, n: int = 4, seed: int = 0) -> list[Start]:
     """Pick n starts from distinct held-out episodes and write them into the model folder."""
-    from ..data.latents import split
-    from ..data.store import Store
-    from ..train.world_model import WM_META
+    from ..engine.world import read_meta
+    from ..eval.heldout import heldout_episodes
 
     model_dir = Path(model_dir)
-    meta = json.loads((model_dir / WM_META).read_text())
-    store = Store.open(store_path)
-    if (store.spec.height, store.spec.width) != (meta["height"], meta["width"]) or \
-            list(store.spec.action_set.names) != meta["actions"]:
-        raise UserError(f"store {store_path} does not hold this model's game",
-                        f"use a store of {meta['env_id']} at {meta['width']}x{meta['height']}")
-    _, heldout = split(store.episodes(), 0.1)
+    meta = read_meta(model_dir)
     k = int(meta["context"])
-    heldout = [r for r in heldout if r.length > k]
-    if not heldout:
-        raise UserError(f"no held-out episode in {store_path} is longer than the context ({k} frames)",
-                        "record more episodes, or longer ones")
+    store, heldout = heldout_episodes(meta, store_path, min_length=k + 1)
     rng = np.random.default_rng(seed)
     picks = rng.choice(len(heldout), size=min(n, len(heldout)), replace=False)
     starts = []

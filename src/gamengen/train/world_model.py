@@ -27,7 +27,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..atomic import write_bytes_atomic, write_json_atomic
+from ..atomic import write_bytes_atomic, write_json_atomic, write_png
 from ..data.latents import LatentCache, LatentWindows, split
 from ..data.store import Store
 from ..diffusion.denoiser import Denoiser, DenoiserConfig, TrainingNoise
@@ -160,17 +160,6 @@ def sample_grid(denoiser: Denoiser, codec, windows: LatentWindows, n: int, steps
     return np.concatenate(rows, axis=0)
 
 
-def save_png(path: Path, image: np.ndarray) -> None:
-    import io
-
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.fromarray(image).save(buf, format="PNG")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(path, buf.getvalue())
-
-
 def train(data: str | os.PathLike, ae: str | os.PathLike, out: str | os.PathLike, cfg: TrainConfig,
           report: Callable[[int, int, float], None] = lambda step, total, loss: None,
           warn: Callable[[str], None] = print, _kill_at_save: int | None = None):
@@ -261,7 +250,7 @@ def train(data: str | os.PathLike, ae: str | os.PathLike, out: str | os.PathLike
             save(done)
         if main and cfg.sample_every and (done % cfg.sample_every == 0 or done == cfg.steps):
             with ema_weights(ema, plain):
-                save_png(out / "samples" / f"step-{done:08d}.png", sample_grid(denoiser, codec, windows, 4))
+                write_png(out / "samples" / f"step-{done:08d}.png", sample_grid(denoiser, codec, windows, 4))
     accelerator.wait_for_everyone()
     if main:
         if writer is not None:
@@ -295,7 +284,8 @@ def export_model(net, codec, out: Path, cfg: TrainConfig, spec, steps: int, data
                                       "preset": cfg.preset, "env_id": spec.env_id,
                                       "actions": list(spec.action_set.names),
                                       "action_set": spec.action_set.to_json(), "height": spec.height,
-                                      "width": spec.width, "fps": spec.fps, "train_steps": steps})
+                                      "width": spec.width, "fps": spec.fps, "train_steps": steps,
+                                      "heldout": cfg.heldout})
     card = (f"# gamengen world model ({cfg.preset} preset)\n\n"
             f"Action-conditioned latent diffusion (GameNGen) for `{spec.env_id}` at {spec.width}x{spec.height}, "
             f"context {cfg.context}, trained {steps} steps on `{data}`.\n\n"

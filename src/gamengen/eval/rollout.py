@@ -1,0 +1,148 @@
+"""Evaluations that let the model run on its own predictions (paper §5.1, Fig. 6 and 7; DESIGN §7).
+
+- ``autoregressive``: from a real held-out context, replay the episode's real actions for K steps,
+  conditioning on the model's own frames, and compare step k with the real frame k. Per-frame
+  metrics fall as the two trajectories drift apart even when the play looks right (paper §5.1), so
+  the "frozen" baseline (the start frame shown forever) says what no motion at all would score.
+- ``long_rollout``: thousands of steps, far beyond any ground truth; simple frame statistics are
+  compared with the real frames' distribution to tell a stable rollout from one that collapses
+  (to grey, to black, or to a blur).
+- ``action_following``: from the same context and noise, predict under every action; count how often
+  the prediction closest to the truth is the one made with the true action.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .heldout import context_at
+from .metrics import psnr, ssim, summary
+
+STRIP_STEPS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+@dataclass
+class RolloutConfig:
+    episodes: int = 8  # held-out starts for the autoregressive curves
+    steps: int = 64  # autoregressive steps from each (paper Fig. 6: 64)
+    long_steps: int = 10_000  # steps of the long rollout
+    action_contexts: int = 24  # held-out contexts for action following
+    seed: int = 0
+
+
+def autoregressive(world, store, heldout, cfg: RolloutConfig, lpips=None, report=lambda n: None) -> dict:
+    K = cfg.steps
+    eligible = [r for r in heldout if r.length > K + 1]
+    if not eligible:
+        return {"unavailable": f"no held-out episode is longer than {K + 1} frames"}
+    rng = np.random.default_rng(cfg.seed)
+    picks = rng.choice(len(eligible), size=cfg.episodes, replace=len(eligible) < cfg.episodes)
+    curves = {k: [] for k in ("model", "frozen", "model_ssim", "model_lpips", "frozen_lpips")}
+    strips, clips = [], []
+    for e, i in enumerate(picks):
+        rec = eligible[int(i)]
+        t0 = int(rng.integers(1, rec.length - K))
+        frames, past = context_at(store, rec, t0, world.context)
+        g = store.open_episode(rec)
+        truth = np.asarray(g["frames"][t0 + 1:t0 + K + 1])
+        actions = np.asarray(g["actions"][t0:t0 + K], np.int64)  # action t leads to frame t+1
+        world.reset(frames, past, seed=cfg.seed * 7919 + e)
+        preds = np.stack([world.step(int(a)) for a in actions])
+        report(K)
+        start = frames[-1]
+        curves["model"].append([psnr(p, t) for p, t in zip(preds, truth)])
+        curves["frozen"].append([psnr(start, t) for t in truth])
+        curves["model_ssim"].append([ssim(p, t) for p, t in zip(preds, truth)])
+        if lpips is not None:
+            curves["model_lpips"].append([lpips(p, t) for p, t in zip(preds, truth)])
+            curves["frozen_lpips"].append([lpips(start, t) for t in truth])
+        clips.append((truth, preds))
+        if e < 2:
+            idx = [s - 1 for s in STRIP_STEPS if s <= K]
+            strips.append({"steps": [i + 1 for i in idx], "truth": truth[idx], "model": preds[idx],
+                           "episode": rec.path, "t0": t0})
+    out = {"episodes": len(picks), "steps": K}
+    for k, v in curves.items():
+        if v:
+            a = np.asarray(v)
+            out[k] = {"mean": a.mean(0).tolist(), "std": a.std(0).tolist()}
+    out["strips"], out["clips"] = strips, clips  # images, not JSON
+    return out
+
+
+def frame_stats(frames: np.ndarray) -> np.ndarray:
+    """Per frame: mean brightness, contrast (std) and sharpness (mean absolute horizontal and
+    vertical difference), all on 0..255 grey. A collapsing rollout drifts in one or more."""
+    g = np.asarray(frames, np.float32).mean(axis=-1)
+    sharp = (np.abs(np.diff(g, axis=1)).mean(axis=(1, 2)) + np.abs(np.diff(g, axis=2)).mean(axis=(1, 2))) / 2
+    return np.stack([g.mean(axis=(1, 2)), g.std(axis=(1, 2)), sharp], axis=1)
+
+
+STAT_NAMES = ("brightness", "contrast", "sharpness")
+
+
+def long_rollout(world, store, heldout, cfg: RolloutConfig, report=lambda n: None, window: int = 250) -> dict:
+    """Play ``long_steps`` steps from a held-out start with held-out actions (episodes' action
+    sequences one after another, so the action statistics are real play's)."""
+    rng = np.random.default_rng(cfg.seed + 1)
+    real = []
+    for rec in heldout:
+        g = store.open_episode(rec)
+        idx = np.sort(rng.choice(rec.length, size=min(rec.length, 64), replace=False))
+        real.append(frame_stats(np.asarray(g["frames"])[idx]))
+    real = np.concatenate(real)
+    lo, hi = np.percentile(real, 1, axis=0), np.percentile(real, 99, axis=0)
+    acts = np.concatenate([np.asarray(store.open_episode(r)["actions"], np.int64) for r in heldout])
+    rec = heldout[int(rng.integers(len(heldout)))]
+    t0 = min(rec.length - 1, world.context)
+    frames, actions = context_at(store, rec, t0, world.context)
+    world.reset(frames, actions, seed=cfg.seed + 12345)
+    stats, snapshots = [], []
+    for i in range(cfg.long_steps):
+        f = world.step(int(acts[i % len(acts)]))
+        stats.append(frame_stats(f[None])[0])
+        if (i + 1) in (1, 10, 100, 1000, 10_000) or i + 1 == cfg.long_steps:
+            snapshots.append((i + 1, f))
+        if (i + 1) % 50 == 0:
+            report(50)
+    report(cfg.long_steps % 50)
+    s = np.asarray(stats)
+    inside = np.all((s >= lo) & (s <= hi), axis=1)
+    w = [(a, min(a + window, len(s))) for a in range(0, len(s), window)]
+    return {
+        "steps": int(len(s)), "window": window, "stat_names": list(STAT_NAMES),
+        "real": {"p1": lo.tolist(), "p99": hi.tolist(), "mean": real.mean(0).tolist(), "frames": int(len(real))},
+        # z: how many real-frame standard deviations the window's mean sits from the real mean
+        "windows": [{"from": a, "to": b, "mean": s[a:b].mean(0).tolist(), "inside": float(inside[a:b].mean()),
+                     "z": ((s[a:b].mean(0) - real.mean(0)) / (real.std(0) + 1e-6)).tolist()} for a, b in w],
+        "inside_first": float(inside[:window].mean()), "inside_last": float(inside[-window:].mean()),
+        "stats": s.tolist(), "snapshots": snapshots,  # snapshots are images, not JSON
+    }
+
+
+def action_following(world, store, heldout, cfg: RolloutConfig, report=lambda n: None) -> dict:
+    rng = np.random.default_rng(cfg.seed + 2)
+    n = world.n_actions
+    hits, margins, rows = [], [], []
+    for c in range(cfg.action_contexts):
+        rec = heldout[int(rng.integers(len(heldout)))]
+        t = int(rng.integers(1, rec.length))
+        frames, actions = context_at(store, rec, t, world.context + 1)
+        truth, true_a = frames[-1], int(actions[-1])
+        scores = []
+        for a in range(n):  # same context, same noise: only the action differs
+            world.reset(frames[:-1], actions[:-1], seed=cfg.seed * 31 + c)
+            scores.append(psnr(world.step(a), truth))
+        report(n)
+        best = int(np.argmax(scores))
+        others = [s for a, s in enumerate(scores) if a != true_a]
+        hits.append(best == true_a)
+        margins.append(scores[true_a] - float(np.mean(others)))
+        rows.append({"episode": rec.path, "t": t, "true": true_a, "closest": best, "psnr": scores,
+                     "moving": psnr(frames[-2], truth) < 30.0})
+    moving = [r for r in rows if r["moving"]]
+    return {"contexts": len(rows), "actions": n, "chance": 1.0 / n, "accuracy": float(np.mean(hits)),
+            "accuracy_moving": float(np.mean([r["true"] == r["closest"] for r in moving])) if moving else None,
+            "moving": len(moving), "margin_db": summary(margins), "rows": rows}
