@@ -220,3 +220,76 @@ def bench_agent(env_id: str = "vizdoom:freedoom1/E1M1", n_steps: int = 128, roll
         out[k]["decisions_per_s"] = frames / hold / out[k]["seconds"]
     out["ours_vs_stock"] = out["ours"]["frames_per_s"] / out["stock"]["frames_per_s"]
     return out
+
+
+def gemm_peak(n: int = 2048, repeats: int = 10) -> dict:
+    """This machine's matmul GFLOP/s in fp32 and bf16: the roof the models are measured against."""
+    import torch
+
+    out = {}
+    for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        a, b = torch.randn(n, n, dtype=dt), torch.randn(n, n, dtype=dt)
+        a @ b
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            a @ b
+        out[name] = 2 * n**3 * repeats / (time.perf_counter() - t0) / 1e9
+    return out
+
+
+def bench_model(model_dir, repeats: int = 20, compile: bool = True, report=lambda n: None) -> dict:
+    """Per-stage FLOPs of one played frame against the GEMM peak, and measured time per U-Net call
+    (both CFG branches, as played) and per decode, for each path beside the eager fp32 baseline."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from .engine.world import NeuralWorld
+
+    world = NeuralWorld(model_dir)
+    net, codec = world.denoiser.net, world.codec
+    C, h, w = codec.latent_shape()
+    N = world.context
+    args = (torch.randn(2, C, h, w), torch.full((2,), 500), torch.randn(2, N, C, h, w),
+            torch.randint(0, world.n_actions, (2, N)), torch.zeros(2, dtype=torch.long))
+    z = torch.randn(1, C, h, w)
+
+    def flops(f) -> float:
+        with torch.no_grad(), FlopCounterMode(display=False) as fc:
+            f()
+        return fc.get_total_flops() / 1e9
+
+    def ms(f) -> float:
+        with torch.no_grad():
+            for _ in range(3):
+                f()
+            t0 = time.perf_counter()
+            for _ in range(repeats):
+                f()
+        report(1)
+        return (time.perf_counter() - t0) / repeats * 1e3
+
+    unet_gf, dec_gf = flops(lambda: net(*args)), flops(lambda: codec.ae.decode(z))
+    steps = world.config.steps
+    peak = gemm_peak()
+    out = {"model": str(model_dir), "machine": machine(), "threads": torch.get_num_threads(), "ddim_steps": steps,
+           "gemm_gflops": peak, "gflop": {"unet_call": unet_gf, "decode": dec_gf, "frame": steps * unet_gf + dec_gf}}
+    out["limit_fps"] = {k: peak[k] / out["gflop"]["frame"] for k in peak}
+    paths = {"eager fp32": lambda: net(*args)}
+
+    def bf16():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return net(*args)
+
+    paths["eager bf16"] = bf16
+    if compile:
+        compiled = torch.compile(net)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            compiled(*args)
+        out["compile_s"] = time.perf_counter() - t0
+        paths["compiled fp32"] = lambda: compiled(*args)
+    out["unet_call_ms"] = {k: ms(f) for k, f in paths.items()}
+    out["decode_ms"] = ms(lambda: codec.ae.decode(z))
+    base = out["unet_call_ms"]["eager fp32"]
+    out["vs_baseline"] = {k: base / v for k, v in out["unet_call_ms"].items()}
+    return out

@@ -572,6 +572,32 @@ def eval_ab_cmd(
     typer.echo(json.dumps(summarize(out), indent=2))
 
 
+@bench_app.command("model")
+def bench_model_cmd(
+    model: Path = typer.Option(BUNDLED_MODEL, help="World model folder."),
+    repeats: int = typer.Option(20, help="Timed calls per path."),
+    compile: bool = typer.Option(True, "--compile/--no-compile", help="Also time torch.compile (slow to build)."),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """FLOPs per frame against this machine's GEMM peak, and U-Net/decode time per path vs eager fp32."""
+    from .bench import bench_model
+
+    with progress_bar("timed paths", 4 if compile else 3) as advance:
+        res = bench_model(model, repeats, compile, advance)
+    if as_json:
+        typer.echo(json.dumps(res, indent=2))
+        return
+    g, pk = res["gflop"], res["gemm_gflops"]
+    typer.echo(f"{res['model']}; {res['machine']}, {res['threads']} threads")
+    typer.echo(f"  GEMM peak: fp32 {pk['fp32']:.0f}, bf16 {pk['bf16']:.0f} GFLOP/s")
+    typer.echo(f"  GFLOP: U-Net call (CFG batch 2) {g['unet_call']:.2f}, decode {g['decode']:.2f}, "
+               f"frame ({res['ddim_steps']} steps) {g['frame']:.2f}")
+    typer.echo(f"  limit at the peak: fp32 {res['limit_fps']['fp32']:.0f} FPS, bf16 {res['limit_fps']['bf16']:.0f} FPS")
+    for k, v in res["unet_call_ms"].items():
+        typer.echo(f"  U-Net call, {k:14s} {v:6.1f} ms  ({res['vs_baseline'][k]:.2f}x eager fp32)")
+    typer.echo(f"  decode, eager fp32       {res['decode_ms']:6.1f} ms")
+
+
 @app.command("ablate")
 def ablate_cmd(
     kind: str = typer.Argument(..., help="context, noise-aug, data-policy or steps."),
