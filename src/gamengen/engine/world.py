@@ -97,6 +97,15 @@ class NeuralWorld:
         self.generator.manual_seed(int(seed))
         return frames[-1]
 
+    def state(self) -> tuple:
+        """The ring (latents and actions) as it is now, to branch from it again with ``restore``."""
+        return self.latents, self.past_actions
+
+    def restore(self, state: tuple, seed: int = 0) -> None:
+        """Go back to a ``state()`` without re-encoding the context (tensors are never changed in place)."""
+        self.latents, self.past_actions = state
+        self.generator.manual_seed(int(seed))
+
     @torch.no_grad()
     def step(self, action: int) -> np.ndarray:
         """Press ``action`` after the current frame; returns the next frame (H, W, 3) uint8."""

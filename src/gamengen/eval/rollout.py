@@ -88,10 +88,11 @@ def long_rollout(world, store, heldout, cfg: RolloutConfig, report=lambda n: Non
     sequences one after another, so the action statistics are real play's)."""
     rng = np.random.default_rng(cfg.seed + 1)
     real = []
-    for rec in heldout:
+    for i in rng.permutation(len(heldout))[:32]:  # up to 32 episodes x 64 frames, read frame by frame
+        rec = heldout[int(i)]
         g = store.open_episode(rec)
         idx = np.sort(rng.choice(rec.length, size=min(rec.length, 64), replace=False))
-        real.append(frame_stats(np.asarray(g["frames"])[idx]))
+        real.append(frame_stats(np.stack([np.asarray(g["frames"][int(t)]) for t in idx])))
     real = np.concatenate(real)
     lo, hi = np.percentile(real, 1, axis=0), np.percentile(real, 99, axis=0)
     acts = np.concatenate([np.asarray(store.open_episode(r)["actions"], np.int64) for r in heldout])
@@ -131,9 +132,10 @@ def action_following(world, store, heldout, cfg: RolloutConfig, report=lambda n:
         t = int(rng.integers(1, rec.length))
         frames, actions = context_at(store, rec, t, world.context + 1)
         truth, true_a = frames[-1], int(actions[-1])
-        scores = []
+        world.reset(frames[:-1], actions[:-1])
+        start, scores = world.state(), []
         for a in range(n):  # same context, same noise: only the action differs
-            world.reset(frames[:-1], actions[:-1], seed=cfg.seed * 31 + c)
+            world.restore(start, seed=cfg.seed * 31 + c)
             scores.append(psnr(world.step(a), truth))
         report(n)
         best = int(np.argmax(scores))
