@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -73,31 +80,33 @@ def test_agent_env_passes_checker_and_records_every_frame(tmp_path):
     assert recs[-1].meta["phase"] == "train" and "coverage" in recs[-1].meta
 
 
+TINY_AGENT = ["agent", "--n-envs", "2", "--n-steps", "16", "--n-epochs", "1", "--max-episode-frames", "48",
+              "--vec-env", "inprocess", "--eval-every", "512", "--no-bf16"]
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     run = tmp_path_factory.mktemp("agent") / "run"
-    args = ["agent", "--out", run, "--n-envs", "2", "--n-steps", "16", "--n-epochs", "1", "--max-episode-frames", "48",
-            "--vec-env", "inprocess", "--eval-every", "128", "--no-bf16"]
-    cli(*args, "--steps", "256", check=True)
+    cli(*TINY_AGENT, "--out", run, "--steps", "1024", check=True)  # the issue's 2,000-frame smoke run, in two legs
     first = json.loads((run / "checkpoint" / "checkpoint.json").read_text())
-    cli(*args, "--steps", "384", check=True)  # resumes from the checkpoint and plays the extra frames
+    cli(*TINY_AGENT, "--out", run, "--steps", "2048", check=True)  # resumes from the checkpoint, plays the rest
     return run, first
 
 
 def test_tiny_run_resumes_exports_and_records_everything(tiny_run):
     run, first = tiny_run
-    assert first["frames"] == 256
-    assert json.loads((run / "checkpoint" / "checkpoint.json").read_text())["frames"] == 384
+    assert first["frames"] == 1024
+    assert json.loads((run / "checkpoint" / "checkpoint.json").read_text())["frames"] == 2048
     assert cli("data", "verify", run / "store").returncode == 0
     store = Store.open(run / "store")
     recs = store.episodes()
     phases = {r.meta["phase"] for r in recs}
     assert phases == {"train", "eval"}
     steps = sorted({r.meta["training_step"] for r in recs if r.meta["phase"] == "train"})
-    assert steps[0] == 0 and steps[-1] >= 256  # episodes begun after the resume carry its step
+    assert steps[0] == 0 and steps[-1] >= 1024  # episodes begun after the resume carry its step
     assert {r.shard for r in recs} >= {"agent-train-0", "agent-train-1", "agent-eval-0"}
     cfg = json.loads((run / "policy" / "config.json").read_text())
-    assert cfg["trained_frames"] == 384 and cfg["history"] == 32
+    assert cfg["trained_frames"] == 2048 and cfg["history"] == 32
 
 
 def test_resume_with_other_settings_is_refused(tiny_run):
@@ -139,3 +148,59 @@ def test_bad_agent_folder_is_one_line_and_writes_nothing(tmp_path):
         assert res.returncode == 2 and res.stderr.startswith("error:") and "fix:" in res.stderr
         assert len(res.stderr.strip().splitlines()) == 1
         assert not (tmp_path / "store").exists()
+
+
+def damaged_copy(tiny_run, tmp_path, damage) -> tuple:
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run[0], run)
+    damage(run)
+    before = snapshot(run)
+    res = cli(*TINY_AGENT, "--out", run, "--steps", "4096")
+    return res, before, snapshot(run)
+
+
+def test_damaged_checkpoint_is_refused_in_one_line(tiny_run, tmp_path):
+    def flip_a_byte(run):
+        path = run / "checkpoint" / "ppo.zip"
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+
+    res, before, after = damaged_copy(tiny_run, tmp_path, flip_a_byte)
+    assert res.returncode == 2 and "damaged" in res.stderr and "fix:" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and before == after
+
+
+def test_resume_on_another_action_set_is_refused(tiny_run, tmp_path):
+    def other_actions(run):
+        path = run / "policy" / "config.json"
+        cfg = json.loads(path.read_text())
+        cfg["actions"] = cfg["actions"][:-1]
+        path.write_text(json.dumps(cfg))
+
+    res, before, after = damaged_copy(tiny_run, tmp_path, other_actions)
+    assert res.returncode == 2 and "trained on actions" in res.stderr and before == after
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_sigkill_during_training_then_resume(tmp_path):
+    """Kill the whole process group at a random moment after the first checkpoint, check the store,
+    resume with the same command, and end with a complete run and a valid store."""
+    run = tmp_path / "run"
+    args = [*TINY_AGENT, "--out", str(run), "--steps", "1536"]
+    rng = random.Random(0)
+    for attempt in range(2):
+        proc = subprocess.Popen([sys.executable, "-m", "gamengen", *args], start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 300
+        while not (run / "checkpoint" / "checkpoint.json").exists() and time.time() < deadline:
+            time.sleep(0.2)
+        time.sleep(rng.uniform(0.5, 4.0))
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert cli("data", "verify", run / "store").returncode == 0  # whatever the moment, the store is valid
+    cli(*args, check=True)
+    assert json.loads((run / "checkpoint" / "checkpoint.json").read_text())["frames"] == 1536
+    assert cli("data", "verify", run / "store").returncode == 0
+    assert not list((run / "checkpoint").glob("*.tmp*"))

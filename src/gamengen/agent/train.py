@@ -16,9 +16,11 @@ folders) and new ones start; every episode that was listed stays.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import time
+import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -79,17 +81,55 @@ def _make_env(cfg: AgentEnvConfig, index: int, store: str | None, subprocess: bo
     return make
 
 
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def _checkpoint(model, folder: Path, frames: int) -> None:
-    """SB3 zip written under a temporary name, fsynced, then renamed over the old one."""
+    """SB3 zip written under a temporary name and fsynced; its sha256 goes into checkpoint.json
+    (beside the previous zip's) before the rename, so whichever zip a kill leaves is verifiable."""
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / "ppo.tmp.zip"
     model.save(tmp)
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
-    os.replace(tmp, folder / "ppo.zip")
+    try:
+        previous = json.loads((folder / "checkpoint.json").read_text()).get("sha256")
+    except (OSError, json.JSONDecodeError):
+        previous = None
     write_json_atomic(folder / "checkpoint.json", {"num_timesteps": int(model.num_timesteps), "frames": frames,
+                                                   "sha256": _sha256(tmp), "previous_sha256": previous,
                                                    "saved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    os.replace(tmp, folder / "ppo.zip")
     fsync_dir(folder)
+
+
+def check_checkpoint(folder: Path, actions: list[str]) -> None:
+    """Refuse, in one line, a checkpoint that is damaged or was trained on another action set.
+
+    The zip must match the digest of the last save or, after a kill between writing
+    checkpoint.json and the rename, the one before. Checkpoints written before digests were
+    recorded are read as they are."""
+    fix = f"delete {folder} to restart the PPO run (the recorded store stays valid), or restore it from a backup"
+    try:
+        meta = json.loads((folder / "checkpoint.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        raise UserError(f"{folder}/checkpoint.json is missing or damaged", fix) from None
+    if "sha256" in meta and _sha256(folder / "ppo.zip") not in (meta["sha256"], meta.get("previous_sha256")):
+        raise UserError(f"checkpoint {folder}/ppo.zip is damaged (its sha256 does not match checkpoint.json)", fix)
+    policy = folder.parent / "policy" / "config.json"
+    if policy.exists():
+        try:
+            trained = json.loads(policy.read_text()).get("actions")
+        except json.JSONDecodeError:
+            trained = None
+        if trained is not None and trained != actions:
+            raise UserError(f"run {folder.parent} was trained on actions {trained}, this game has {actions}",
+                            "resume with the game the run was started on, or use another --out")
 
 
 def export_config(cfg: AgentConfig, env: DoomAgentEnv) -> dict:
@@ -138,9 +178,11 @@ def train(out: str | os.PathLike, cfg: AgentConfig, report: Callable[[int, int],
     store = out / "store"
     probe = DoomAgentEnv(cfg.env, 0, None)  # validates the env id before anything is written
     try:
+        exported = export_config(cfg, probe)
+        if (out / "checkpoint" / "ppo.zip").exists():
+            check_checkpoint(out / "checkpoint", exported["actions"])
         open_run(out, cfg)
         Store.create_or_open(store, spec_of(probe.game, images=()))  # once here, before the workers race
-        exported = export_config(cfg, probe)
     finally:
         probe.close()
     sub = cfg.vec_env == "subprocess"
@@ -151,7 +193,11 @@ def train(out: str | os.PathLike, cfg: AgentConfig, report: Callable[[int, int],
     ckpt = out / "checkpoint" / "ppo.zip"
     try:
         if ckpt.exists():
-            model = PPO.load(ckpt, env=venv, device=cfg.device, tensorboard_log=str(out / "tb"))
+            try:
+                model = PPO.load(ckpt, env=venv, device=cfg.device, tensorboard_log=str(out / "tb"))
+            except (ValueError, KeyError, OSError, RuntimeError, zipfile.BadZipFile) as e:
+                raise UserError(f"checkpoint {ckpt} does not load ({type(e).__name__}: {str(e)[:100]})",
+                                f"delete {ckpt.parent} to restart the PPO run, or use another --out") from None
         else:
             model = PPO("MultiInputPolicy", venv, learning_rate=cfg.learning_rate, n_steps=cfg.n_steps,
                         batch_size=cfg.batch_size, n_epochs=cfg.n_epochs, gamma=cfg.gamma, ent_coef=cfg.ent_coef,
