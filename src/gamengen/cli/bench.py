@@ -1,0 +1,137 @@
+"""`gamengen bench`: speed figures measured on this machine (never asserted in tests)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from ..errors import UserError
+from .common import bench_app, BUNDLED_MODEL, ENV_HELP, progress_bar, record_config
+
+
+@bench_app.command("record")
+def bench_record_cmd(
+    env: str = typer.Option("vizdoom:freedoom1/E1M1", help=ENV_HELP),
+    policy: str = typer.Option("random"),
+    steps: int = typer.Option(20000, help="Frames per phase, over all workers."),
+    workers: int = typer.Option(2),
+    resolution: str = typer.Option("160x120"),
+    frame_skip: int = typer.Option(1),
+    max_episode_steps: int = typer.Option(1000),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Frames/s written to a store beside raw env frames/s, measured in the same run."""
+    from ..bench import bench_record
+
+    cfg = record_config(env, policy, steps, None, 0, workers, resolution, frame_skip, False, max_episode_steps)
+    with progress_bar("recording into a temporary store", steps) as advance:
+        res = bench_record(cfg, advance)
+    if as_json:
+        typer.echo(json.dumps(res, indent=2))
+        return
+    typer.echo(f"{res['env_id']} {res['resolution']}, {res['workers']} workers, {res['policy']} policy, "
+               f"{res['frames']} frames; {res['machine']}")
+    typer.echo("                  steady frames/s   wall frames/s (start-up included)")
+    typer.echo(f"  raw env:        {res['env_fps_steady']:15.0f}   {res['env_fps']:13.0f}")
+    typer.echo(f"  into the store: {res['store_fps_steady']:15.0f}   {res['store_fps']:13.0f}")
+    typer.echo(f"  store/raw (steady): {res['store_vs_env']:.2f}; {res['bytes_per_frame'] / 1e3:.1f} kB/frame on disk")
+
+
+@bench_app.command("train")
+def bench_train_cmd(
+    preset: str = typer.Option("cpu", help="tiny, cpu or paper."),
+    steps: int = typer.Option(10, help="Timed steps per precision (after 2 warm-up steps)."),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """World-model training samples/s in fp32 and bf16 (same run), and peak resident memory."""
+    from ..bench import bench_train
+    from ..train.world_model import TrainConfig
+
+    TrainConfig.from_preset(preset)  # an unknown preset is a one-line error
+    with progress_bar(f"training steps ({preset} preset)", 2 * (steps + 2)) as advance:
+        res = bench_train(preset, steps, report=advance)
+    if as_json:
+        typer.echo(json.dumps(res, indent=2))
+        return
+    typer.echo(f"{preset} preset: {res['params_m']:.1f}M parameters, batch {res['batch']}, context {res['context']}, "
+               f"latent {res['latent']}; {res['machine']}, {res['threads']} threads")
+    typer.echo(f"  fp32: {res['fp32_samples_per_s']:.1f} samples/s")
+    typer.echo(f"  bf16: {res['bf16_samples_per_s']:.1f} samples/s ({res['bf16_vs_fp32']:.2f}x fp32)")
+    typer.echo(f"  peak resident memory: {res['peak_rss_mb']:.0f} MB")
+
+
+@bench_app.command("agent")
+def bench_agent_cmd(
+    env: str = typer.Option("vizdoom:freedoom1/E1M1", help=ENV_HELP),
+    n_steps: int = typer.Option(128, help="Decisions per game per rollout (the real run uses 512)."),
+    rollouts: int = typer.Option(2, help="Rollouts, each followed by its PPO update."),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """PPO env steps/s, updates included: our agent beside stock SB3 CnnPolicy, same run, same map."""
+    from ..bench import bench_agent
+
+    if n_steps < 1 or rollouts < 1:
+        raise UserError("--n-steps and --rollouts must be at least 1", "pass positive numbers")
+    with progress_bar("frames (ours, then stock SB3)", 2 * 8 * n_steps * 4 * rollouts) as advance:
+        res = bench_agent(env, n_steps, rollouts, report=advance)
+    if as_json:
+        typer.echo(json.dumps(res, indent=2))
+        return
+    typer.echo(f"{res['env_id']}: {res['n_envs']} games, {res['rollouts']} rollouts of {res['n_steps']} decisions "
+               f"x {res['hold']} frames, {res['n_epochs']} epochs, batch {res['batch_size']}; {res['machine']}, "
+               f"{res['threads']} threads")
+    typer.echo("                 frames/s   decisions/s")
+    for k in ("ours", "stock"):
+        r = res[k]
+        typer.echo(f"  {k:6s}      {r['frames_per_s']:10.1f}   {r['decisions_per_s']:11.1f}   {r['setup']}")
+    typer.echo(f"  ours/stock: {res['ours_vs_stock']:.2f}x")
+
+
+@bench_app.command("model")
+def bench_model_cmd(
+    model: Path = typer.Option(BUNDLED_MODEL, help="World model folder."),
+    repeats: int = typer.Option(20, help="Timed calls per path."),
+    compile: bool = typer.Option(True, "--compile/--no-compile", help="Also time torch.compile (slow to build)."),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """FLOPs per frame against this machine's GEMM peak, and U-Net/decode time per path vs eager fp32."""
+    from ..bench import bench_model
+
+    with progress_bar("timed paths", 4 if compile else 3) as advance:
+        res = bench_model(model, repeats, compile, advance)
+    if as_json:
+        typer.echo(json.dumps(res, indent=2))
+        return
+    g, pk = res["gflop"], res["gemm_gflops"]
+    typer.echo(f"{res['model']}; {res['machine']}, {res['threads']} threads")
+    typer.echo(f"  GEMM peak: fp32 {pk['fp32']:.0f}, bf16 {pk['bf16']:.0f} GFLOP/s")
+    typer.echo(f"  GFLOP: U-Net call (CFG batch 2) {g['unet_call']:.2f}, decode {g['decode']:.2f}, "
+               f"frame ({res['ddim_steps']} steps) {g['frame']:.2f}")
+    typer.echo(f"  limit at the peak: fp32 {res['limit_fps']['fp32']:.0f} FPS, bf16 {res['limit_fps']['bf16']:.0f} FPS")
+    for k, v in res["unet_call_ms"].items():
+        typer.echo(f"  U-Net call, {k:14s} {v:6.1f} ms  ({res['vs_baseline'][k]:.2f}x eager fp32)")
+    typer.echo(f"  decode, eager fp32       {res['decode_ms']:6.1f} ms")
+
+
+@bench_app.command("play")
+def bench_play_cmd(
+    model: Path = typer.Option(BUNDLED_MODEL, help="World model folder with start contexts."),
+    frames: int = typer.Option(200, help="Timed frames (after 5 warm-up frames)."),
+    steps: int = typer.Option(4, help="DDIM steps per frame."),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """End-to-end play FPS and input-to-frame latency through the real server on loopback."""
+    from ..bench import bench_play
+
+    with progress_bar("frames", frames) as advance:
+        res = bench_play(model, frames, steps, report=advance)
+    if as_json:
+        typer.echo(json.dumps(res, indent=2))
+        return
+    lat = res["latency_ms"]
+    typer.echo(f"{res['model']}: {res['fps']:.1f} FPS end to end, latency p50 {lat['p50']:.0f} ms, "
+               f"p95 {lat['p95']:.0f} ms ({res['ddim_steps']} DDIM steps + CFG; {res['machine']}, "
+               f"{res['threads']} threads)")
+    typer.echo("  median ms per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in res["stages_ms"].items()))

@@ -1,0 +1,154 @@
+"""Measuring a model: `eval`, `eval ab` and `ablate` (docs/evaluation.md)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from ..errors import UserError
+from .common import app, progress_bar, stdout
+
+
+eval_app = typer.Typer(invoke_without_command=True, no_args_is_help=True,
+                       help="Measure a world model: `gamengen eval --model M --data D --out DIR`, or `eval ab`.")
+app.add_typer(eval_app, name="eval")
+
+
+@eval_app.callback()
+def eval_cmd(
+    ctx: typer.Context,
+    model: Optional[Path] = typer.Option(None, help="World model folder."),
+    data: Optional[Path] = typer.Option(None, help="A store of the model's game; only its held-out episodes are read."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for report.md, report.html (self-contained), "
+                                                         "report.json."),
+    samples: int = typer.Option(64, help="Teacher-forced frames."),
+    episodes: int = typer.Option(8, help="Held-out starts for the autoregressive curves."),
+    ar_steps: int = typer.Option(64, help="Autoregressive steps from each start (0: skip)."),
+    long_steps: int = typer.Option(10_000, help="Steps of the long-rollout stability test (0: skip)."),
+    action_contexts: int = typer.Option(24, help="Contexts for action following (0: skip)."),
+    steps: int = typer.Option(4, help="DDIM steps."),
+    i3d: Optional[Path] = typer.Option(None, help="TorchScript I3D for FVD (default ~/.cache/gamengen/"
+                                                  "i3d_torchscript.pt; never downloaded)."),
+    seed: int = typer.Option(0),
+):
+    """Teacher-forced, autoregressive, long-rollout and action-following metrics, with baselines."""
+    if ctx.invoked_subcommand:
+        return
+    if model is None or data is None or out is None:
+        raise UserError("eval needs --model, --data and --out", "e.g. gamengen eval --model models/freedoom-e1m1 "
+                        "--data runs/agent/store --out reports/e1m1")
+    from ..eval.report import EvalConfig, evaluate, work, write_report
+    from ..eval.rollout import RolloutConfig
+    from ..eval.teacher_forced import TeacherForcedConfig
+
+    for name, v in (("samples", samples), ("episodes", episodes), ("steps", steps)):
+        if v < 1:
+            raise UserError(f"--{name} must be at least 1, got {v}", f"pass a positive --{name}")
+    for name, v in (("ar-steps", ar_steps), ("long-steps", long_steps), ("action-contexts", action_contexts)):
+        if v < 0:
+            raise UserError(f"--{name} must be 0 or more, got {v}", f"pass --{name} 0 to skip it")
+    cfg = EvalConfig(steps, TeacherForcedConfig(samples, seed),
+                     RolloutConfig(episodes, ar_steps, long_steps, action_contexts, seed), str(i3d) if i3d else None)
+    from ..engine.world import read_meta
+
+    meta = read_meta(model)
+    with progress_bar("world-model steps", work(cfg, len(meta["actions"]))) as advance:
+        res = evaluate(model, data, cfg, report=advance)
+    write_report(res, out, "gamengen " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+    tf = res["teacher_forced"]
+    fmt = lambda s: f"{s['mean']:.2f} ± {s['std']:.2f}" if s.get("n") else "-"  # noqa: E731
+    table = Table(title=f"teacher-forced, {tf['samples']} held-out frames, {steps} DDIM steps")
+    for col in ("frames", "n", "model PSNR", "copy-last PSNR", "AE ceiling PSNR", "model SSIM"):
+        table.add_column(col)
+    for name in ("all", "moving"):
+        r = tf[name]
+        table.add_row(name, str(r["model"].get("n", 0)), fmt(r["model"]), fmt(r["copy_last"]), fmt(r["ae"]),
+                      fmt(r["model_ssim"]))
+    stdout.print(table)
+    typer.echo(f"LPIPS: {res['lpips']}; FVD: {res['fvd'].get('note') or 'computed'}")
+    typer.echo(f"wrote {out}/report.md, report.html and report.json")
+
+
+@eval_app.command("ab")
+def eval_ab_cmd(
+    out: Path = typer.Option(..., "--out", help="Folder of the test: clips, ab.json (the key), answers.jsonl."),
+    model: Optional[Path] = typer.Option(None, help="World model (only to make the clips the first time)."),
+    data: Optional[Path] = typer.Option(None, help="Store of its game (held-out episodes)."),
+    pairs: int = typer.Option(12, help="Pairs of clips, half 1.6 s and half 3.2 s."),
+    steps: int = typer.Option(4, help="DDIM steps."),
+    host: str = typer.Option("127.0.0.1"),
+    port: int = typer.Option(8000, help="0 picks a free port."),
+    open_browser: bool = typer.Option(True, "--open/--no-open"),
+    summary: bool = typer.Option(False, "--summary", help="Print the answers' summary and exit."),
+    seed: int = typer.Option(0),
+):
+    """Blind A/B page: real clip or model clip? Records the answers and the share that picked the real one."""
+    from ..eval.ab import KEY, ABConfig, check_out, create_ab_app, make_pairs, summarize
+    from ..play.server import ServerConfig, serve_app
+
+    if summary:
+        check_out(out)
+        typer.echo(json.dumps(summarize(out), indent=2))
+        return
+    if pairs < 1:
+        raise UserError("--pairs must be at least 1", "pass e.g. --pairs 12")
+    if not (out / KEY).exists():
+        if model is None or data is None:
+            raise UserError(f"no A/B test in {out} yet", "pass --model and --data to make its clips")
+        with progress_bar("clip pairs", pairs) as adv:
+            make_pairs(model, data, out, ABConfig(pairs=pairs, ddim_steps=steps, seed=seed), adv)
+    config = ServerConfig(host=host, port=port)
+
+    def ready(url: str) -> None:
+        typer.echo(f"A/B test at {url}  (Ctrl-C to stop; `--summary` prints the result)")
+        if open_browser:
+            import webbrowser
+
+            webbrowser.open(url)
+
+    serve_app(lambda p: create_ab_app(out, config, p), config, ready)
+    typer.echo(json.dumps(summarize(out), indent=2))
+
+
+@app.command("ablate")
+def ablate_cmd(
+    kind: str = typer.Argument(..., help="context, noise-aug, data-policy or steps."),
+    out: Path = typer.Option(..., "--out", help="Folder for the variants, ablation.md, .png and .json."),
+    data: list[str] = typer.Option(..., help="A store; for data-policy: agent=STORE and random=STORE."),
+    ae: Optional[Path] = typer.Option(None, help="Autoencoder folder (all but steps)."),
+    model: Optional[Path] = typer.Option(None, help="Trained model (steps only)."),
+    values: Optional[str] = typer.Option(None, help="Comma-separated values, e.g. 1,2,4,8 (context, steps)."),
+    preset: str = typer.Option("tiny", help="U-Net preset of the trained variants."),
+    train_steps: int = typer.Option(1500, help="Training steps per variant."),
+    max_frames: int = typer.Option(20_000, help="Training frames per variant (one seeded subset for all)."),
+    samples: int = typer.Option(64, help="Teacher-forced frames per variant."),
+    episodes: int = typer.Option(16, help="Autoregressive starts per variant."),
+    ar_steps: int = typer.Option(64, help="noise-aug: autoregressive steps per start."),
+    context: int = typer.Option(64, help="Context of the noise-aug and data-policy models."),
+    seed: int = typer.Option(0),
+):
+    """The paper's ablations at a CPU budget (§5.2); re-run the same command to resume."""
+    from ..eval.ablate import AblationConfig, KINDS, ablate, variants, work
+
+    if kind not in KINDS:
+        raise UserError(f"unknown ablation '{kind}'", "use one of: " + ", ".join(KINDS))
+    stores = {}
+    for d in data:
+        name, sep, path = d.partition("=")
+        stores[name if sep else "data"] = path if sep else d
+    if kind != "steps" and ae is None:
+        raise UserError(f"the {kind} ablation trains models", "pass --ae AE_DIR")
+    try:
+        vals = [int(v) for v in values.split(",")] if values else None
+    except ValueError:
+        raise UserError(f"bad --values '{values}'", "write integers separated by commas, e.g. 1,2,4") from None
+    cfg = AblationConfig(preset, train_steps, max_frames, samples, episodes, ar_steps, context=context, seed=seed)
+    with progress_bar(f"ablation {kind}", work(kind, variants(kind, vals), cfg)) as advance:
+        res = ablate(kind, out, cfg, stores, str(ae) if ae else None, str(model) if model else None, vals, advance)
+    typer.echo(f"wrote {out}/ablation.md, .png and .json ({res['seconds'] / 60:.1f} min)")

@@ -1,0 +1,54 @@
+"""Playing a model: `play` (browser, ghost, window) and `starts`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .common import app, BUNDLED_MODEL, run_server
+
+
+@app.command()
+def play(
+    model: Path = typer.Option(BUNDLED_MODEL, help="World model folder (`gamengen train` + `gamengen starts`)."),
+    ghost: bool = typer.Option(False, help="Run the real game beside the model on the same keys."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on. Loopback unless you say otherwise."),
+    port: int = typer.Option(8000, help="Port (0 picks a free one)."),
+    max_sessions: int = typer.Option(8, help="Players at once."),
+    idle_timeout: float = typer.Option(300.0, help="Seconds without input before a player is disconnected."),
+    steps: int = typer.Option(4, help="DDIM steps per frame (paper: 4)."),
+    keymap: Optional[Path] = typer.Option(None, help="Keymap JSON (default: the game's own)."),
+    open_browser: bool = typer.Option(True, "--open/--no-open", help="Open the page in a browser."),
+    window: bool = typer.Option(False, help="A local pygame window instead of the browser (pip install pygame)."),
+):
+    """Play a learned game in the browser: every frame comes from the diffusion model."""
+    from ..engine.world import EngineConfig
+    from ..play.players import neural_player
+    from ..play.server import ServerConfig
+
+    config = ServerConfig(host=host, port=port, max_sessions=max_sessions, idle_timeout=idle_timeout)
+    player = neural_player(model, ghost, keymap, EngineConfig(steps=steps))
+    if window:
+        from ..play.window import run_window
+
+        run_window(player, fps=config.fps)
+        return
+    run_server(player, config, open_browser)
+
+
+@app.command()
+def starts(
+    model: Path = typer.Option(..., help="World model folder."),
+    data: Path = typer.Option(..., help="A store of the model's game; starts come from its held-out episodes."),
+    n: int = typer.Option(4, help="How many start contexts."),
+    seed: int = typer.Option(0),
+):
+    """Save real start contexts into a model folder, for `gamengen play` to reset to."""
+    from ..play.starts import make_starts
+
+    made = make_starts(data, model, n, seed)
+    for s in made:
+        typer.echo(f"start: {s.episode} up to frame {len(s.prefix)} ({len(s.frames)} context frames)")
+    typer.echo(f"{model}: {len(made)} start contexts")

@@ -1,0 +1,144 @@
+"""Training: `train-ae`, `train` (the world model), `agent` and `agent report` (PPO)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import UserError
+from .common import app, progress_bar
+
+
+@app.command("train-ae")
+def train_ae(
+    data: Path = typer.Option(..., "--data", help="Trajectory store to learn frames from."),
+    out: Path = typer.Option(..., "--out", help="Folder for the autoencoder (diffusers format)."),
+    preset: str = typer.Option("cpu", help="tiny, cpu or paper (sizes the AE and the padding)."),
+    steps: int = typer.Option(3000, help="Autoencoder steps (encoder + decoder)."),
+    decoder_steps: int = typer.Option(1000, help="Decoder fine-tune steps, encoder frozen (paper §3.2.2)."),
+    batch_size: int = typer.Option(32),
+    crop: int = typer.Option(64, help="Train on random crops this many pixels a side (0: whole frames)."),
+    learning_rate: float = typer.Option(1e-3),
+    pretrained: Optional[Path] = typer.Option(None, help="Local diffusers VAE folder (e.g. SD-v1.4's vae/)."),
+    seed: int = typer.Option(0),
+):
+    """Train the latent autoencoder on store frames, then fine-tune its decoder alone."""
+    from ..train.autoencoder import AETrainConfig, train_autoencoder
+
+    cfg = AETrainConfig(preset=preset, steps=steps, decoder_steps=decoder_steps, batch_size=batch_size,
+                        crop=crop, learning_rate=learning_rate, seed=seed, pretrained=str(pretrained) if pretrained else None)
+    bars = {}
+    with progress_bar("autoencoder steps", steps + decoder_steps) as advance:
+        def report(stage, s, total, loss):
+            advance(1)
+            bars[stage] = loss
+
+        codec = train_autoencoder(data, out, cfg, report)
+    typer.echo(f"{out}: latents {codec.latent_shape()} per frame; final MSE "
+               + ", ".join(f"{k} {v:.5f}" for k, v in bars.items()))
+
+
+@app.command()
+def train(
+    data: Path = typer.Option(..., "--data", help="Trajectory store."),
+    ae: Path = typer.Option(..., "--ae", help="Autoencoder folder from `gamengen train-ae`."),
+    out: Path = typer.Option(..., "--out", help="Run folder (created, or resumed if it exists)."),
+    preset: str = typer.Option("cpu", help="tiny, cpu or paper."),
+    steps: Optional[int] = typer.Option(None, help="Total optimizer steps (default 20000)."),
+    batch_size: Optional[int] = typer.Option(None, help="Global batch over all processes."),
+    context: Optional[int] = typer.Option(None, help="Context length N (paper: 64)."),
+    max_frames: Optional[int] = typer.Option(None, help="Train on a seeded subset of about this many frames."),
+    learning_rate: Optional[float] = typer.Option(None),
+    bf16: bool = typer.Option(False, help="bf16 autocast."),
+    checkpoint_every: Optional[int] = typer.Option(None),
+    sample_every: Optional[int] = typer.Option(None),
+    seed: int = typer.Option(0),
+):
+    """Train the action-conditioned diffusion world model. Works under `accelerate launch`."""
+    from ..train.world_model import TrainConfig
+    from ..train.world_model import train as run_train
+
+    given = {"steps": steps, "batch_size": batch_size, "context": context, "learning_rate": learning_rate,
+             "max_frames": max_frames,
+             "checkpoint_every": checkpoint_every, "sample_every": sample_every}
+    cfg = TrainConfig.from_preset(preset, bf16=bf16, seed=seed, **{k: v for k, v in given.items() if v is not None})
+    with progress_bar(f"training ({preset} preset)", cfg.steps) as advance:
+        last = [0]
+
+        def report(step, total, loss):
+            advance(step - last[0])
+            last[0] = step
+
+        losses = run_train(data, ae, out, cfg, report, warn=lambda m: typer.echo(f"warning: {m}", err=True))
+    if losses:
+        typer.echo(f"{out}: step {len(losses)}, loss {losses[-1]:.4f}; model in {out / 'model'}")
+
+
+agent_app = typer.Typer(help="Stage 1: a PPO agent that plays the game; its whole training run is recorded.")
+app.add_typer(agent_app, name="agent")
+
+
+@agent_app.callback(invoke_without_command=True)
+def agent(
+    ctx: typer.Context,
+    out: Optional[Path] = typer.Option(None, "--out", help="Run folder (created, or resumed if it exists)."),
+    env: str = typer.Option("vizdoom:freedoom1/E1M1", help="A ViZDoom map or scenario with position variables."),
+    steps: int = typer.Option(1_000_000, help="Game frames the learner plays, all games together."),
+    n_envs: int = typer.Option(8, help="Parallel games (paper: 8)."),
+    n_steps: int = typer.Option(512, help="Decisions per game per PPO rollout (paper: 512)."),
+    n_epochs: int = typer.Option(10, help="PPO epochs per rollout (paper: 10)."),
+    batch_size: int = typer.Option(64, help="PPO minibatch (paper: 64)."),
+    learning_rate: float = typer.Option(1e-4, help="Adam learning rate (paper: 1e-4)."),
+    ent_coef: float = typer.Option(0.1, help="Entropy bonus (paper: 0.1)."),
+    gamma: float = typer.Option(0.99, help="Discount (paper: 0.99)."),
+    hold: int = typer.Option(4, help="Frames each action is held (paper: 4)."),
+    repeat_prob: float = typer.Option(0.25, help="Chance to keep the previous action at a decision."),
+    max_episode_frames: int = typer.Option(2048, help="Cut episodes at this many frames."),
+    vec_env: str = typer.Option("subprocess", help="subprocess or inprocess games."),
+    eval_every: int = typer.Option(100_000, help="Frames between recorded evaluation episodes."),
+    seed: int = typer.Option(0),
+    bf16: bool = typer.Option(True, help="bf16 autocast for the CNNs (fast on CPUs with bf16 units)."),
+):
+    """Train the PPO agent with the GameNGen shaped reward (re-run to resume), or see `agent report`."""
+    if ctx.invoked_subcommand:
+        return
+    if out is None:
+        raise UserError("missing --out", "e.g. gamengen agent --out runs/agent")
+    from ..agent.train import AgentConfig, replace, train
+
+    cfg = replace(AgentConfig(), steps=steps, n_envs=n_envs, n_steps=n_steps, n_epochs=n_epochs,
+                  batch_size=batch_size, learning_rate=learning_rate, ent_coef=ent_coef, gamma=gamma,
+                  vec_env=vec_env, eval_every=eval_every, bf16=bf16, **{
+                      "env.env_id": env, "env.hold": hold, "env.repeat_prob": repeat_prob,
+                      "env.max_episode_frames": max_episode_frames, "env.seed": seed})
+    with progress_bar(f"PPO on {env} (frames)", steps) as advance:
+        last = [0]
+
+        def report(done, total):
+            advance(done - last[0])
+            last[0] = done
+
+        train(out, cfg, report)
+    typer.echo(f"{out}: policy exported to {out / 'policy'}; record with --policy agent:{out / 'policy'}")
+
+
+@agent_app.command("report")
+def agent_report(
+    run: Path,
+    compare: list[str] = typer.Option([], help="NAME=STORE to measure beside it, e.g. random=data/random."),
+    out: Optional[Path] = typer.Option(None, help="Folder for agent_report.{md,json,png} (default: the run)."),
+):
+    """Shaped reward, kills and map coverage over training, plus a table for other stores."""
+    from ..agent.report import report
+
+    pairs = {}
+    for c in compare:
+        name, sep, path = c.partition("=")
+        if not sep or not name or not path:
+            raise UserError(f"bad --compare '{c}'", "write NAME=STORE, e.g. --compare random=data/random")
+        pairs[name] = path
+    res = report(run, pairs, out)
+    where = out or run
+    typer.echo(f"wrote {where}/agent_report.md, .json and .png ({res['curve']['episodes']} agent episodes)")
