@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
 from conftest import cli, snapshot
 from gamengen.agent.env import AgentEnvConfig, DoomAgentEnv
@@ -132,6 +133,16 @@ def test_record_with_exported_agent_and_report(tiny_run, tmp_path):
     assert data["compare"]["agent"]["coverage"]["n"] == 2
     assert data["curve"]["train"] and data["curve"]["eval"]
     assert "wrote" in res.stdout
+    # an fp16 copy, to commit or share: half the size, the same network within fp16 rounding
+    cli("agent", "export", run, "--out", tmp_path / "p16", check=True)
+    size = lambda d: (d / "model.safetensors").stat().st_size  # noqa: E731
+    assert size(tmp_path / "p16") < 0.55 * size(run / "policy")
+    from gamengen.agent.policy import load_policy
+
+    (a, _), (b, cfg) = load_policy(run / "policy"), load_policy(tmp_path / "p16")
+    assert cfg["weights"] == "fp16"
+    for k, v in a.state_dict().items():
+        assert torch.allclose(v.float(), b.state_dict()[k].float(), atol=1e-3, rtol=1e-3), k
 
 
 def test_agent_on_a_game_without_doom_variables_is_refused(tmp_path):

@@ -104,6 +104,24 @@ def load_policy(folder: str | Path) -> tuple[ActorCriticPolicy, dict]:
     return policy, config
 
 
+def export_fp16(src: str | Path, out: str | Path, card: str = "") -> None:
+    """A copy of an exported policy with its weights in fp16: half the size, to commit or share.
+    It loads into the fp32 network like the original (load_policy casts on copy)."""
+    from safetensors.torch import load_file, save as save_tensors
+
+    from ..atomic import write_bytes_atomic, write_json_atomic
+
+    _, config = load_policy(src)  # refuses a folder that is not a policy, in one line
+    state = load_file(Path(src) / "model.safetensors")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(out / "model.safetensors", save_tensors(
+        {k: v.half() if v.is_floating_point() else v for k, v in state.items()}))
+    write_json_atomic(out / "config.json", {**config, "weights": "fp16"})
+    if card:
+        write_bytes_atomic(out / "README.md", card.encode())
+
+
 class AgentPolicy:
     """An exported agent as a `gamengen record` policy: decides every ``hold`` frames, with the same
     sticky repeats as in training, and samples its action (stochastic play is more varied data)."""

@@ -142,3 +142,15 @@ def agent_report(
     res = report(run, pairs, out)
     where = out or run
     typer.echo(f"wrote {where}/agent_report.md, .json and .png ({res['curve']['episodes']} agent episodes)")
+
+
+@agent_app.command("export")
+def agent_export(
+    run: Path,
+    out: Path = typer.Option(..., "--out", help="Folder for model.safetensors (fp16) + config.json."),
+):
+    """Copy a run's exported policy with fp16 weights (half the size), to commit or share."""
+    from ..agent.policy import export_fp16
+
+    export_fp16(run / "policy", out)
+    typer.echo(f"wrote {out}/model.safetensors and config.json (fp16)")
