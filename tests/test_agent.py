@@ -55,7 +55,10 @@ def test_agent_env_passes_checker_and_records_every_frame(tmp_path):
     try:
         check_env(env, warn=True)  # several resets; their unfinished episodes are dropped
         obs, _ = env.reset()
-        assert obs["frame"].shape == (3, 120, 160) and obs["automap"].shape == (1, 120, 160)
+        # the automap is 2x2 max-pooled by default: every line pixel survives at 80x60
+        assert obs["frame"].shape == (3, 120, 160) and obs["automap"].shape == (1, 60, 80)
+        raw = env.step_obs.images["automap"].max(axis=2)
+        assert raw.any() and np.array_equal(obs["automap"][0], raw.reshape(60, 2, 80, 2).max(axis=(1, 3)))
         assert (obs["actions"] == env.n).all()  # "no action yet"
         actions, shown = [], [obs["frame"].transpose(1, 2, 0)]
         while True:

@@ -178,7 +178,11 @@ def bench_agent(env_id: str = "vizdoom:freedoom1/E1M1", n_steps: int = 128, roll
     from .agent.stock import StockDoomEnv
     from .agent.train import AgentConfig, replace, train
 
-    cfg = replace(AgentConfig(), n_steps=n_steps, eval_every=10**12)
+    # Checkpoints at the frame interval of a default run (one per 512-decision rollout), so the
+    # short bench rollouts do not pay for four times as many saves.
+    default = AgentConfig()
+    cfg = replace(default, n_steps=n_steps, eval_every=10**12,
+                  checkpoint_every=max(1, default.n_steps * default.checkpoint_every // n_steps))
     hold, n_envs = cfg.env.hold, cfg.n_envs
     frames = n_envs * n_steps * hold * rollouts
     out = {"env_id": env_id, "machine": machine(), "threads": torch.get_num_threads(), "n_envs": n_envs,

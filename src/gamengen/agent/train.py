@@ -60,6 +60,8 @@ class AgentConfig:
     def __post_init__(self):
         if self.vec_env not in ("subprocess", "inprocess"):
             raise UserError(f"unknown vec env '{self.vec_env}'", "use subprocess or inprocess")
+        if self.env.automap_pool not in (1, 2):  # at 40x30 the Nature CNN has nothing left to convolve
+            raise UserError(f"automap_pool must be 1 or 2, got {self.env.automap_pool}", "pass --automap-pool 1 or 2")
         for name in ("steps", "n_envs", "n_steps", "batch_size", "n_epochs"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} must be at least 1, got {getattr(self, name)}", f"pass a positive --{name}")
@@ -138,6 +140,7 @@ def export_config(cfg: AgentConfig, env: DoomAgentEnv) -> dict:
     return {"kind": "gamengen-agent-policy", "env_id": cfg.env.env_id, "actions": list(e.action_set.names),
             "height": e.config.height, "width": e.config.width, "hold": cfg.env.hold,
             "repeat_prob": cfg.env.repeat_prob, "history": cfg.env.history,
+            "automap_pool": cfg.env.automap_pool,
             "features_per_image": cfg.features_per_image, "head_width": cfg.head_width}
 
 
@@ -270,8 +273,9 @@ def train(out: str | os.PathLike, cfg: AgentConfig, report: Callable[[int, int],
         report(frames_of(model.num_timesteps), cfg.steps)
         if remaining:
             model.learn(remaining, callback=Recorder(), reset_num_timesteps=False, tb_log_name="ppo")
+        report(frames_of(model.num_timesteps), cfg.steps)  # `bench agent` times learn() up to here
+        if remaining:
             save(model.num_timesteps)
-        report(frames_of(model.num_timesteps), cfg.steps)
         if eval_env is not None:
             eval_env.close()
         return model

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 # OpenMP threads that spin while waiting make torch 10-30x slower whenever another process shares
 # the cores (measured: a tiny U-Net step took 6.2 s instead of 0.4 s next to a PPO run on 2 cores).
@@ -30,13 +31,36 @@ stdout = Console()
 
 @contextmanager
 def progress_bar(what: str, total: int, done: int = 0):
-    """A rich progress bar with rate and ETA; yields ``advance(n)``."""
+    """A rich progress bar with rate and ETA; yields ``advance(n)``. Without a terminal (a job under
+    nohup, a log file) it prints a plain line about once a minute instead, so long runs can be followed."""
+    if not console.is_terminal:
+        yield _log_progress(what, total, done)
+        return
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("ETA"),
                TimeRemainingColumn()]
-    with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as p:
+    with Progress(*columns, console=console, transient=False) as p:
         task = p.add_task(what, total=total, completed=done)
         yield lambda n: p.advance(task, n)
+
+
+def _log_progress(what: str, total: int, done: int, every_s: float = 60.0):
+    import time
+
+    start, state = time.monotonic(), {"done": done, "first": done, "last": time.monotonic()}
+
+    def advance(n: int) -> None:
+        state["done"] += n
+        now = time.monotonic()
+        if now - state["last"] < every_s and state["done"] < total:
+            return
+        state["last"] = now
+        rate = (state["done"] - state["first"]) / max(now - start, 1e-9)
+        eta = (total - state["done"]) / rate if rate > 0 else float("nan")
+        print(f"{time.strftime('%H:%M:%S')} {what}: {state['done']}/{total}, {rate:.3g}/s, "
+              f"ETA {eta / 60:.0f} min", file=sys.stderr, flush=True)
+
+    return advance
 
 
 def parse_resolution(text: str) -> tuple[int, int]:

@@ -96,6 +96,7 @@ def agent(
     hold: int = typer.Option(4, help="Frames each action is held (paper: 4)."),
     repeat_prob: float = typer.Option(0.25, help="Chance to keep the previous action at a decision."),
     max_episode_frames: int = typer.Option(2048, help="Cut episodes at this many frames."),
+    automap_pool: int = typer.Option(2, help="Max-pool the automap by this factor (1: the paper's 160x120)."),
     vec_env: str = typer.Option("subprocess", help="subprocess or inprocess games."),
     eval_every: int = typer.Option(100_000, help="Frames between recorded evaluation episodes."),
     seed: int = typer.Option(0),
@@ -112,7 +113,8 @@ def agent(
                   batch_size=batch_size, learning_rate=learning_rate, ent_coef=ent_coef, gamma=gamma,
                   vec_env=vec_env, eval_every=eval_every, bf16=bf16, **{
                       "env.env_id": env, "env.hold": hold, "env.repeat_prob": repeat_prob,
-                      "env.max_episode_frames": max_episode_frames, "env.seed": seed})
+                      "env.max_episode_frames": max_episode_frames, "env.seed": seed,
+                      "env.automap_pool": automap_pool})
     with progress_bar(f"PPO on {env} (frames)", steps) as advance:
         last = [0]
 

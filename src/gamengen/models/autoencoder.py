@@ -25,13 +25,15 @@ AE_META = "gamengen_ae.json"  # beside diffusers' config.json: frame size, paddi
 class AEConfig:
     """A small AutoencoderKL: 8x8 pixels -> `latent_channels` numbers, like SD's VAE but far cheaper.
 
-    The full-resolution stage is narrow (16 channels) because at 160x120 it dominates the decode
-    time, which play pays every frame (DESIGN §9)."""
+    Play pays the decode every frame (DESIGN §9), and at 160x120 the full-resolution stages dominate
+    it, so they are narrow (8 and 16 channels). Eight latent channels instead of SD's four carry the
+    detail those narrow stages cannot invent (the HUD digits); the U-Net's only extra cost is a wider
+    first convolution. Measured in docs/performance.md."""
 
-    block_out_channels: tuple[int, ...] = (16, 32, 64, 64)
+    block_out_channels: tuple[int, ...] = (8, 16, 32, 64)
     layers_per_block: int = 1
-    latent_channels: int = 4
-    norm_num_groups: int = 8
+    latent_channels: int = 8
+    norm_num_groups: int = 4
     kl_weight: float = 1e-6  # a whisper of KL keeps latents bounded; reconstructions are what matter
     pretrained: str | None = None  # a local diffusers VAE folder (paper preset: SD-v1.4's vae/)
 

@@ -42,8 +42,14 @@ UNET_PRESETS = {
     "tiny": {"block_out_channels": (32, 32), "layers_per_block": 1, "cross_attention_dim": 32,
              "attention_head_dim": 2, "down_block_types": ("CrossAttnDownBlock2D", "DownBlock2D"),
              "up_block_types": ("UpBlock2D", "CrossAttnUpBlock2D"), "norm_num_groups": 8},
-    "cpu": {"block_out_channels": (64, 128, 128), "layers_per_block": 1, "cross_attention_dim": 128,
-            "attention_head_dim": 4},
+    # Sized for the play budget (DESIGN §9, issue 7): two levels (16x20 and 8x10 latents) and
+    # attention only in the middle block, where 80 positions see the whole frame and the action
+    # tokens. Each cross-attention block costs about as much as the convolutions of a level at these
+    # sizes, so this cut a U-Net call with both CFG branches from 46 ms (64-128-128, attention at two
+    # levels) to about 10 ms; docs/performance.md has the measurements.
+    "cpu": {"block_out_channels": (32, 64), "layers_per_block": 1, "cross_attention_dim": 64,
+            "attention_head_dim": 4, "down_block_types": ("DownBlock2D", "DownBlock2D"),
+            "up_block_types": ("UpBlock2D", "UpBlock2D"), "norm_num_groups": 8},
     "paper": {"block_out_channels": (320, 640, 1280, 1280), "layers_per_block": 2, "cross_attention_dim": 768,
               "attention_head_dim": 8,
               "down_block_types": ("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D",
