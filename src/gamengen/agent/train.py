@@ -16,7 +16,6 @@ folders) and new ones start; every episode that was listed stays.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 
-from ..atomic import fsync_dir, write_json_atomic
+from ..atomic import fsync_dir, sha256_file, write_json_atomic
 from ..errors import UserError
 from .env import AgentEnvConfig, DoomAgentEnv
 
@@ -83,14 +82,6 @@ def _make_env(cfg: AgentEnvConfig, index: int, store: str | None, subprocess: bo
     return make
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _checkpoint(model, folder: Path, frames: int) -> None:
     """SB3 zip written under a temporary name and fsynced; its sha256 goes into checkpoint.json
     (beside the previous zip's) before the rename, so whichever zip a kill leaves is verifiable."""
@@ -104,7 +95,7 @@ def _checkpoint(model, folder: Path, frames: int) -> None:
     except (OSError, json.JSONDecodeError):
         previous = None
     write_json_atomic(folder / "checkpoint.json", {"num_timesteps": int(model.num_timesteps), "frames": frames,
-                                                   "sha256": _sha256(tmp), "previous_sha256": previous,
+                                                   "sha256": sha256_file(tmp), "previous_sha256": previous,
                                                    "saved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     os.replace(tmp, folder / "ppo.zip")
     fsync_dir(folder)
@@ -121,7 +112,7 @@ def check_checkpoint(folder: Path, actions: list[str]) -> None:
         meta = json.loads((folder / "checkpoint.json").read_text())
     except (OSError, json.JSONDecodeError):
         raise UserError(f"{folder}/checkpoint.json is missing or damaged", fix) from None
-    if "sha256" in meta and _sha256(folder / "ppo.zip") not in (meta["sha256"], meta.get("previous_sha256")):
+    if "sha256" in meta and sha256_file(folder / "ppo.zip") not in (meta["sha256"], meta.get("previous_sha256")):
         raise UserError(f"checkpoint {folder}/ppo.zip is damaged (its sha256 does not match checkpoint.json)", fix)
     policy = folder.parent / "policy" / "config.json"
     if policy.exists():

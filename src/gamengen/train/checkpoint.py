@@ -9,7 +9,6 @@ and falls back to the previous checkpoint when a file is damaged. No pickles any
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -18,7 +17,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..atomic import fsync_dir, write_bytes_atomic, write_json_atomic
+from ..atomic import fsync_dir, sha256_file, write_bytes_atomic, write_json_atomic
 from ..errors import UserError
 
 TENSOR = "__tensor__"
@@ -48,14 +47,6 @@ def unflatten(tree: Any, tensors: dict[str, torch.Tensor]) -> Any:
             items = [unflatten(v, tensors) for v in tree["__list__"]]
             return tuple(items) if tree.get("tuple") else items
     return tree
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def save(root: Path, step: int, state: dict, keep: int = 3, before_manifest: Callable[[], None] = lambda: None) -> Path:
