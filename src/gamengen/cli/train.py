@@ -23,19 +23,22 @@ def train_ae(
     learning_rate: float = typer.Option(1e-3),
     pretrained: Optional[Path] = typer.Option(None, help="Local diffusers VAE folder (e.g. SD-v1.4's vae/)."),
     seed: int = typer.Option(0),
+    checkpoint_every: int = typer.Option(250, help="Steps between checkpoints (either stage)."),
 ):
-    """Train the latent autoencoder on store frames, then fine-tune its decoder alone."""
+    """Train the latent autoencoder on store frames, then fine-tune its decoder alone (re-run to resume)."""
     from ..train.autoencoder import AETrainConfig, train_autoencoder
 
     cfg = AETrainConfig(preset=preset, steps=steps, decoder_steps=decoder_steps, batch_size=batch_size,
-                        crop=crop, learning_rate=learning_rate, seed=seed, pretrained=str(pretrained) if pretrained else None)
-    bars = {}
-    with progress_bar("autoencoder steps", steps + decoder_steps) as advance:
-        def report(stage, s, total, loss):
-            advance(1)
+                        crop=crop, learning_rate=learning_rate, seed=seed, checkpoint_every=checkpoint_every,
+                        pretrained=str(pretrained) if pretrained else None)
+    bars, last = {}, [None]
+    with progress_bar("autoencoder steps", (0 if pretrained else steps) + decoder_steps) as advance:
+        def report(stage, done, total, loss):
+            advance(done - (done - 1 if last[0] is None else last[0]))
+            last[0] = done
             bars[stage] = loss
 
-        codec = train_autoencoder(data, out, cfg, report)
+        codec = train_autoencoder(data, out, cfg, report, warn=lambda m: typer.echo(f"warning: {m}", err=True))
     typer.echo(f"{out}: latents {codec.latent_shape()} per frame; final MSE "
                + ", ".join(f"{k} {v:.5f}" for k, v in bars.items()))
 

@@ -3,6 +3,9 @@
 Stage 1 trains encoder and decoder together on store frames (pixel MSE + a tiny KL). Stage 2 freezes
 the encoder and trains the decoder alone on pixel MSE, as the paper does to sharpen small details
 such as the HUD; it cannot change the latents, so the world model's autoregression is unaffected.
+
+Both stages checkpoint into ``<out>/checkpoints`` (train/checkpoint.py: atomic, sha256 manifest,
+RNG states), so a killed run resumes where it stopped and ends with the same weights.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import numpy as np
 import torch
 
 from ..data.latents import split
+from . import checkpoint
 from ..data.store import Store
 from ..errors import UserError
 from ..models.autoencoder import AE_PRESETS, FrameCodec, build_autoencoder
@@ -36,6 +40,7 @@ class AETrainConfig:
     heldout: float = 0.1
     seed: int = 0
     pretrained: str | None = None  # a local diffusers VAE folder instead of stage 1
+    checkpoint_every: int = 250  # steps (either stage)
 
     def __post_init__(self):
         if self.preset not in AE_PRESETS:
@@ -61,7 +66,8 @@ class FrameSampler:
 
 
 def train_autoencoder(data: str | Path, out: str | Path, cfg: AETrainConfig,
-                      report: Callable[[str, int, int, float], None] = lambda stage, s, total, loss: None) -> FrameCodec:
+                      report: Callable[[str, int, int, float], None] = lambda stage, done, total, loss: None,
+                      warn: Callable[[str], None] = print) -> FrameCodec:
     store = Store.open(data)
     train_recs, _ = split(store.episodes(), cfg.heldout)
     if not train_recs:
@@ -87,18 +93,43 @@ def train_autoencoder(data: str | Path, out: str | Path, cfg: AETrainConfig,
         xs = rng.integers(0, (W - c) // step_px + 1, len(x)) * step_px
         return torch.stack([x[i, :, y:y + c, x0:x0 + c] for i, (y, x0) in enumerate(zip(ys, xs))])
 
-    def run(stage: str, steps: int, params, loss_fn) -> None:
+    ae = codec.ae.train()
+    ckpts = Path(out) / "checkpoints"
+    mine = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "checkpoint_every"}
+    # Steps are counted over both stages: 0..steps-1 is stage 1, then the decoder fine-tune.
+    first = 0 if cfg.pretrained else cfg.steps
+    total = first + cfg.decoder_steps
+    state = checkpoint.load_latest(ckpts, warn)
+    done = 0
+    if state is not None:
+        if state["config"] != mine:
+            changed = sorted(k for k in mine if state["config"].get(k) != mine[k])
+            raise UserError(f"{out} holds an autoencoder run with other settings ({', '.join(changed)})",
+                            "re-run with the original settings to resume, or use another --out")
+        ae.load_state_dict(state["model"])
+        checkpoint.set_rng_state(state["rng"])
+        frames.rng.bit_generator.state, rng.bit_generator.state = state["frames_rng"], state["crop_rng"]
+        done = state["step"]
+
+    def run(stage: str, first: int, steps: int, params, loss_fn) -> None:
+        nonlocal done
         opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)
-        for s in range(steps):
+        if state is not None and first < state["step"] < first + steps:  # resuming inside this stage
+            opt.load_state_dict(state["optimizer"])
+        for s in range(max(0, done - first), steps):
             x = crops(codec.to_pixels(frames.batch(cfg.batch_size)))
             loss = loss_fn(x)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
-            report(stage, s + 1, steps, loss.item())
+            done = first + s + 1
+            report(stage, done, total, loss.item())
+            if done % cfg.checkpoint_every == 0 or s + 1 == steps:
+                checkpoint.save(ckpts, done, {"step": done, "model": ae.state_dict(), "optimizer": opt.state_dict(),
+                                              "rng": checkpoint.rng_state(), "frames_rng": frames.rng.bit_generator.state,
+                                              "crop_rng": rng.bit_generator.state, "config": mine}, keep=2)
 
-    ae = codec.ae.train()
     mse = lambda a, b: torch.nn.functional.mse_loss(a[:, :, :H, :W], b[:, :, :H, :W])  # noqa: E731
 
     def full(x):
@@ -111,9 +142,9 @@ def train_autoencoder(data: str | Path, out: str | Path, cfg: AETrainConfig,
         return mse(ae.decode(z).sample, x)
 
     if not cfg.pretrained:
-        run("autoencoder", cfg.steps, list(ae.parameters()), full)
+        run("autoencoder", 0, cfg.steps, list(ae.parameters()), full)
     decoder_params = list(ae.decoder.parameters()) + list(ae.post_quant_conv.parameters())
-    run("decoder fine-tune", cfg.decoder_steps, decoder_params, decoder_only)
+    run("decoder fine-tune", first, cfg.decoder_steps, decoder_params, decoder_only)
     ae.eval()
     # Unit-variance latents, as SD's 0.18215 scale gives its VAE, so the diffusion schedule fits them.
     with torch.no_grad():
