@@ -47,18 +47,19 @@ def progress_bar(what: str, total: int, done: int = 0):
 def _log_progress(what: str, total: int, done: int, every_s: float = 60.0):
     import time
 
-    start, state = time.monotonic(), {"done": done, "first": done, "last": time.monotonic()}
+    # the rate is over the last interval, so set-up time (a latent cache build) does not skew the ETA
+    state = {"done": done, "mark": done, "last": time.monotonic()}
 
     def advance(n: int) -> None:
         state["done"] += n
         now = time.monotonic()
         if now - state["last"] < every_s and state["done"] < total:
             return
-        state["last"] = now
-        rate = (state["done"] - state["first"]) / max(now - start, 1e-9)
-        eta = (total - state["done"]) / rate if rate > 0 else float("nan")
-        print(f"{time.strftime('%H:%M:%S')} {what}: {state['done']}/{total}, {rate:.3g}/s, "
-              f"ETA {eta / 60:.0f} min", file=sys.stderr, flush=True)
+        rate = (state["done"] - state["mark"]) / max(now - state["last"], 1e-9)
+        state["last"], state["mark"] = now, state["done"]
+        eta = f"ETA {(total - state['done']) / rate / 60:.0f} min" if rate > 0 else "ETA unknown"
+        print(f"{time.strftime('%H:%M:%S')} {what}: {state['done']}/{total}, {rate:.3g}/s, {eta}",
+              file=sys.stderr, flush=True)
 
     return advance
 
