@@ -19,10 +19,10 @@ import numpy as np
 import torch
 
 from ..data.latents import split
-from . import checkpoint
 from ..data.store import Store
 from ..errors import UserError
 from ..models.autoencoder import AE_PRESETS, FrameCodec, build_autoencoder
+from . import checkpoint
 from .world_model import UNET_PRESETS
 
 
@@ -111,19 +111,20 @@ def train_autoencoder(data: str | Path, out: str | Path, cfg: AETrainConfig,
         frames.rng.bit_generator.state, rng.bit_generator.state = state["frames_rng"], state["crop_rng"]
         done = state["step"]
 
-    def run(stage: str, first: int, steps: int, params, loss_fn) -> None:
+    def run(stage: str, offset: int, steps: int, params, loss_fn) -> None:
+        """Steps offset+1 .. offset+steps of the run; those already done are skipped."""
         nonlocal done
         opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)
-        if state is not None and first < state["step"] < first + steps:  # resuming inside this stage
+        if state is not None and offset < state["step"] < offset + steps:  # resuming inside this stage
             opt.load_state_dict(state["optimizer"])
-        for s in range(max(0, done - first), steps):
+        for s in range(max(0, done - offset), steps):
             x = crops(codec.to_pixels(frames.batch(cfg.batch_size)))
             loss = loss_fn(x)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
-            done = first + s + 1
+            done = offset + s + 1
             report(stage, done, total, loss.item())
             if done % cfg.checkpoint_every == 0 or s + 1 == steps:
                 checkpoint.save(ckpts, done, {"step": done, "model": ae.state_dict(), "optimizer": opt.state_dict(),
