@@ -242,3 +242,47 @@ def test_train_ae_killed_resumes_to_the_same_weights(toy, tmp_path):
     res = cli(*args[:-4], "--learning-rate", "1e-3", "--checkpoint-every", "25", "--out", run)
     assert res.returncode == 2 and "other settings (learning_rate)" in res.stderr
     assert snapshot(run) == before
+
+
+def test_context_share_gives_the_same_prediction():
+    """The fast path's split of the first convolution (context part once per frame) is exact."""
+    from gamengen.models.unet import ActionConditionedUNet
+    from gamengen.train.world_model import UNET_PRESETS
+
+    torch.manual_seed(0)
+    net = ActionConditionedUNet(latent_channels=4, latent_height=8, latent_width=8, context=6, n_actions=5,
+                                **UNET_PRESETS["tiny"]).eval()
+    x, ctx = torch.randn(2, 4, 8, 8), torch.randn(2, 6, 4, 8, 8)
+    t, acts, bucket = torch.tensor([999, 500]), torch.randint(0, 5, (2, 6)), torch.tensor([0, 3])
+    with torch.no_grad():
+        full = net(x, t, ctx, acts, bucket)
+        split_ = net.forward_from_share(x, t, net.context_share(ctx), acts, bucket)
+    torch.testing.assert_close(split_, full, atol=1e-5, rtol=1e-4)
+    assert net.unet.conv_in.in_channels == 4 * 7  # the swap was undone
+
+
+def test_fast_runtime_plays_the_reference_frames(toy, toy_model):
+    """The ONNX Runtime frame graph gives the eager fp32 path's latents and frames, on inputs other
+    than the ones it was traced with (another guidance weight and context-noise bucket, real
+    contexts, every action), and the actions still change its frames."""
+    from gamengen.engine.world import EngineConfig, NeuralWorld
+
+    cfg = dict(guidance=2.0, noise_level=0.3)
+    fast = NeuralWorld(toy_model, EngineConfig(runtime="onnx", **cfg))
+    ref = NeuralWorld(toy_model, EngineConfig(runtime="torch", **cfg))
+    assert fast.fast is not None and ref.fast is None
+    store = Store.open(toy / "store")
+    _, held = split(store.episodes(), 0.1)
+    g = store.open_episode(next(r for r in held if r.length > 8))
+    frames, actions = g["frames"][:6], g["actions"][:5].astype(np.int64)
+    for w in (fast, ref):
+        w.reset(frames, actions, seed=7)
+    start = fast.state()
+    for a in range(fast.n_actions):
+        f, r = fast.step(a), ref.step(a)
+        torch.testing.assert_close(fast.latents, ref.latents, atol=1e-4, rtol=1e-4)
+        assert np.abs(f.astype(int) - r.astype(int)).max() <= 2
+    fast.restore(start, seed=1)
+    one = fast.step(0)
+    fast.restore(start, seed=1)
+    assert np.abs(fast.step(1).astype(int) - one.astype(int)).mean() > 1  # action 1 moves the cursor

@@ -98,19 +98,30 @@ def bench_train(preset: str = "cpu", steps: int = 10, height: int = 120, width: 
 
 
 def bench_play(model_dir, frames: int = 200, steps: int = 4, report=lambda n: None) -> dict:
-    """End-to-end play speed through the real server: a WebSocket client on loopback asks for one
-    frame at a time, as the page does, holding a changing key, with no frame pacing.
+    """End-to-end play speed through the real server, for play's default fast path (ONNX Runtime)
+    and, in the same run, the reference path (eager PyTorch fp32) of the same model.
 
-    Latency is the client's send-to-received time for each frame, so it includes the model step,
-    JPEG encoding and the socket, everything but the browser's drawing. The per-stage times come
-    from the frame headers the server sends."""
+    A WebSocket client on loopback asks for one frame at a time, as the page does, holding a
+    changing key, with no frame pacing. Latency is the client's send-to-received time for each
+    frame, so it includes the model step, JPEG encoding and the socket, everything but the
+    browser's drawing. The per-stage times come from the frame headers the server sends."""
+    import torch
+
+    out = {"machine": machine(), "threads": torch.get_num_threads(), "model": str(model_dir), "ddim_steps": steps,
+           "frames": frames}
+    for runtime in ("onnx", "torch"):
+        out[runtime] = _play_through_server(model_dir, frames, steps, runtime, report)
+    out["onnx_vs_torch"] = out["onnx"]["fps"] / out["torch"]["fps"]
+    return out
+
+
+def _play_through_server(model_dir, frames: int, steps: int, runtime: str, report) -> dict:
     import asyncio
     import json
     import statistics
     import threading
 
     import numpy as np
-    import torch
     import uvicorn
     import websockets
 
@@ -119,7 +130,7 @@ def bench_play(model_dir, frames: int = 200, steps: int = 4, report=lambda n: No
     from .play.server import ServerConfig, bind, create_app, unpack_frame
 
     config = ServerConfig(port=0, fps=1e6)
-    player = neural_player(model_dir, engine=EngineConfig(steps=steps))
+    player = neural_player(model_dir, engine=EngineConfig(steps=steps, runtime=runtime))
     sock = bind(config)
     port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(create_app(player, config, port), log_level="warning"))
@@ -155,8 +166,7 @@ def bench_play(model_dir, frames: int = 200, steps: int = 4, report=lambda n: No
         thread.join(timeout=30)
     lat_a = np.asarray(lat)
     return {
-        "machine": machine(), "threads": torch.get_num_threads(), "model": str(model_dir), "ddim_steps": steps,
-        "frames": frames, "fps": frames / float(lat_a.sum() / 1e3), "wall_s": wall,
+        "fps": frames / float(lat_a.sum() / 1e3), "wall_s": wall,
         "latency_ms": {"p50": float(np.percentile(lat_a, 50)), "p95": float(np.percentile(lat_a, 95)),
                        "mean": float(lat_a.mean())},
         "stages_ms": {k: statistics.median(s[k] for s in stages) for k in stages[0]},

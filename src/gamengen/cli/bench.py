@@ -122,16 +122,18 @@ def bench_play_cmd(
     steps: int = typer.Option(4, help="DDIM steps per frame."),
     as_json: bool = typer.Option(False, "--json"),
 ):
-    """End-to-end play FPS and input-to-frame latency through the real server on loopback."""
+    """End-to-end play FPS and input-to-frame latency through the real server on loopback, for the
+    fast path (ONNX Runtime) and the eager fp32 reference of the same model."""
     from ..bench import bench_play
 
-    with progress_bar("frames", frames) as advance:
+    with progress_bar("frames", 2 * frames) as advance:
         res = bench_play(model, frames, steps, report=advance)
     if as_json:
         typer.echo(json.dumps(res, indent=2))
         return
-    lat = res["latency_ms"]
-    typer.echo(f"{res['model']}: {res['fps']:.1f} FPS end to end, latency p50 {lat['p50']:.0f} ms, "
-               f"p95 {lat['p95']:.0f} ms ({res['ddim_steps']} DDIM steps + CFG; {res['machine']}, "
-               f"{res['threads']} threads)")
-    typer.echo("  median ms per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in res["stages_ms"].items()))
+    typer.echo(f"{res['model']}, {res['ddim_steps']} DDIM steps + CFG; {res['machine']}, {res['threads']} threads")
+    for runtime, name in (("onnx", "fast path (ONNX Runtime)"), ("torch", "reference (eager PyTorch fp32)")):
+        r, lat = res[runtime], res[runtime]["latency_ms"]
+        typer.echo(f"  {name}: {r['fps']:.1f} FPS end to end, latency p50 {lat['p50']:.0f} ms, p95 {lat['p95']:.0f} ms; "
+                   "median ms per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in r["stages_ms"].items()))
+    typer.echo(f"  fast / reference: {res['onnx_vs_torch']:.2f}x")

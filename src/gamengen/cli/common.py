@@ -47,12 +47,15 @@ def progress_bar(what: str, total: int, done: int = 0):
 def _log_progress(what: str, total: int, done: int, every_s: float = 60.0):
     import time
 
-    # the rate is over the last interval, so set-up time (a latent cache build) does not skew the ETA
-    state = {"done": done, "mark": done, "last": time.monotonic()}
+    # The rate is over the last interval, so set-up time (a latent cache build) does not skew the ETA.
+    # A command's first report is where it starts (a resumed run's step), not work done since.
+    state = {"done": done, "mark": None, "last": time.monotonic()}
 
     def advance(n: int) -> None:
         state["done"] += n
         now = time.monotonic()
+        if state["mark"] is None:
+            state["mark"], state["last"] = state["done"], now
         if now - state["last"] < every_s and state["done"] < total:
             return
         rate = (state["done"] - state["mark"]) / max(now - state["last"], 1e-9)
@@ -70,6 +73,9 @@ def parse_resolution(text: str) -> tuple[int, int]:
         return h, w
     except ValueError:
         raise UserError(f"bad resolution '{text}'", "write WIDTHxHEIGHT, e.g. 160x120 (paper preset: 320x240)") from None
+
+
+RUNTIME_HELP = "onnx: the fast path (ONNX Runtime, the default); torch: the eager fp32 reference."
 
 
 ENV_HELP = "Game: vizdoom:freedoom1/E1M1, vizdoom:scenario/basic, atari:Breakout, gym:<id> or toy:cursor."

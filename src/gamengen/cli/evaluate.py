@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from ..errors import UserError
-from .common import app, progress_bar, stdout
+from .common import app, progress_bar, stdout, RUNTIME_HELP
 
 
 eval_app = typer.Typer(invoke_without_command=True, no_args_is_help=True,
@@ -33,6 +33,7 @@ def eval_cmd(
     long_steps: int = typer.Option(10_000, help="Steps of the long-rollout stability test (0: skip)."),
     action_contexts: int = typer.Option(24, help="Contexts for action following (0: skip)."),
     steps: int = typer.Option(4, help="DDIM steps."),
+    runtime: str = typer.Option("onnx", help=RUNTIME_HELP),
     i3d: Optional[Path] = typer.Option(None, help="TorchScript I3D for FVD (default ~/.cache/gamengen/"
                                                   "i3d_torchscript.pt; never downloaded)."),
     seed: int = typer.Option(0),
@@ -54,7 +55,8 @@ def eval_cmd(
         if v < 0:
             raise UserError(f"--{name} must be 0 or more, got {v}", f"pass --{name} 0 to skip it")
     cfg = EvalConfig(steps, TeacherForcedConfig(samples, seed),
-                     RolloutConfig(episodes, ar_steps, long_steps, action_contexts, seed), str(i3d) if i3d else None)
+                     RolloutConfig(episodes, ar_steps, long_steps, action_contexts, seed), str(i3d) if i3d else None,
+                     runtime)
     from ..engine.world import read_meta
 
     meta = read_meta(model)

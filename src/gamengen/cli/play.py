@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from .common import app, BUNDLED_MODEL, run_server
+from .common import app, BUNDLED_MODEL, run_server, RUNTIME_HELP
 
 
 @app.command()
@@ -19,6 +19,7 @@ def play(
     max_sessions: int = typer.Option(8, help="Players at once."),
     idle_timeout: float = typer.Option(300.0, help="Seconds without input before a player is disconnected."),
     steps: int = typer.Option(4, help="DDIM steps per frame (paper: 4)."),
+    runtime: str = typer.Option("onnx", help=RUNTIME_HELP),
     keymap: Optional[Path] = typer.Option(None, help="Keymap JSON (default: the game's own)."),
     open_browser: bool = typer.Option(True, "--open/--no-open", help="Open the page in a browser."),
     window: bool = typer.Option(False, help="A local pygame window instead of the browser (pip install pygame)."),
@@ -29,7 +30,7 @@ def play(
     from ..play.server import ServerConfig
 
     config = ServerConfig(host=host, port=port, max_sessions=max_sessions, idle_timeout=idle_timeout)
-    player = neural_player(model, ghost, keymap, EngineConfig(steps=steps))
+    player = neural_player(model, ghost, keymap, EngineConfig(steps=steps, runtime=runtime))
     if window:
         from ..play.window import run_window
 

@@ -95,11 +95,9 @@ class Denoiser:
         """The sampler's ``denoise(x, t) -> v_pred`` for one context, with CFG on the history only.
 
         Both branches run as one batch of 2B (DESIGN §9: fewer, larger matmuls)."""
-        cfg = self.cfg
-        w = cfg.guidance if guidance is None else guidance
-        level = cfg.inference_noise_level if noise_level is None else noise_level
         B = context.shape[0]
-        bucket = bucket_of(torch.full((B,), float(level)), cfg).to(context.device)
+        w, bucket = self.sampling_conditions(B, guidance, noise_level)
+        bucket = bucket.to(context.device)
         if w == 1.0:
             return lambda x, t: self.net(x, t.expand(B), context, actions, bucket)
         ctx2 = torch.cat([context, torch.zeros_like(context)])
@@ -111,5 +109,46 @@ class Denoiser:
 
         return denoise
 
+    def sampling_conditions(self, batch: int, guidance: float | None = None,
+                            noise_level: float | None = None) -> tuple[float, torch.Tensor]:
+        """The CFG weight and the context-noise buckets (batch,) that sampling tells the network,
+        the model's own unless overridden."""
+        w = self.cfg.guidance if guidance is None else guidance
+        level = self.cfg.inference_noise_level if noise_level is None else noise_level
+        return float(w), bucket_of(torch.full((batch,), float(level)), self.cfg)
+
     def sampling_schedule(self) -> DDIMScheduler:
         return DDIMScheduler(**scheduler_config(self.cfg), set_alpha_to_one=False)
+
+
+# The play fast path (docs/performance.md) exports the guided denoiser of one frame as two graphs of
+# tensors only. The context enters through its share of the U-Net's first convolution, computed once
+# per frame for both CFG branches (ContextShares); each DDIM step then runs GuidedStep.
+
+
+class ContextShares(torch.nn.Module):
+    def __init__(self, net: torch.nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, context: torch.Tensor) -> torch.Tensor:
+        """context (B, N, C, h, w) -> shares (2B, C0, h, w): the conditional branch's, then the
+        unconditional one's, whose context is all zeros (context dropout) so its share is conv_in's bias."""
+        cond = self.net.context_share(context)
+        uncond = self.net.unet.conv_in.bias.view(1, -1, 1, 1).expand_as(cond)
+        return torch.cat([cond, uncond])
+
+
+class GuidedStep(torch.nn.Module):
+    def __init__(self, net: torch.nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor, shares: torch.Tensor, actions: torch.Tensor,
+                bucket: torch.Tensor, guidance: torch.Tensor) -> torch.Tensor:
+        """x (B, C, h, w), t (1,), shares (2B, C0, h, w), actions (B, N), bucket (B,), guidance () ->
+        the guided v_pred (B, C, h, w), as ``Denoiser.guided`` computes it."""
+        B = x.shape[0]
+        cond, uncond = self.net.forward_from_share(torch.cat([x, x]), t.expand(2 * B), shares,
+                                                   torch.cat([actions, actions]), torch.cat([bucket, bucket])).chunk(2)
+        return uncond + guidance * (cond - uncond)

@@ -28,6 +28,9 @@ class EngineConfig:
     steps: int = 4  # DDIM steps (paper §3.3: 4 are as good as 20+)
     guidance: float | None = None  # CFG weight on the history; None = the model's (1.5)
     noise_level: float | None = None  # context noise level told to the model; None = the model's
+    # "onnx": the U-Net step and the decoder run as ONNX Runtime graphs (engine/fast.py), the play
+    # default; "torch": eager PyTorch fp32, the reference path the fast one is measured against.
+    runtime: str = "onnx"
 
 
 def read_meta(model_dir: str | Path) -> dict:
@@ -62,12 +65,25 @@ class NeuralWorld:
         self.denoiser = Denoiser(net, DenoiserConfig(**self.meta["denoiser"]))
         self.schedule = self.denoiser.sampling_schedule()
         self.context = int(self.meta["context"])
+        self.fast = self._fast_path(net)
         self.actions = list(self.meta["actions"])
         self.n_actions = len(self.actions)
         self.generator = torch.Generator().manual_seed(0)
         self.latents = None  # (N, C, h, w): frames n-N..n-1
         self.past_actions = None  # (N-1,): the actions taken after the first N-1 of them
         self.timings: dict[str, float] = {}  # ms of the last step per stage, for the HUD and `bench play`
+
+    def _fast_path(self, net):
+        from . import fast
+
+        runtime = self.config.runtime
+        if runtime == "torch":
+            return None
+        if runtime != "onnx":
+            raise UserError(f"unknown runtime '{runtime}'", "use onnx (fast, the default) or torch (the reference)")
+        if not fast.available():
+            raise UserError("onnx or onnxruntime is not installed", "pip install onnx onnxruntime, or pass --runtime torch")
+        return fast.OnnxPath(net, self.codec, self.schedule, self.context, self.config.steps)
 
     def session(self) -> "NeuralWorld":
         """Another player's world over the same networks (shared, read-only): only the ring, the
@@ -117,16 +133,21 @@ class NeuralWorld:
             raise ValueError(f"action {action} is not in 0..{self.n_actions - 1}")
         acts = torch.cat([self.past_actions, torch.tensor([int(action)])])  # (N,)
         c = self.config
-        denoise = self.denoiser.guided(self.latents[None], acts[None], c.guidance, c.noise_level)
         noise = torch.randn((1, *self.latents.shape[1:]), generator=self.generator)
         t0 = time.perf_counter()
-        z = sample_ddim(denoise, noise, steps=c.steps, schedule=self.schedule)  # (1, C, h, w)
-        t1 = time.perf_counter()
+        if self.fast is not None:
+            w, bucket = self.denoiser.sampling_conditions(1, c.guidance, c.noise_level)
+            z, frames = self.fast.frame(self.latents[None], acts[None], bucket, w, noise)
+            self.timings = {"frame graph": (time.perf_counter() - t0) * 1e3}
+        else:
+            denoise = self.denoiser.guided(self.latents[None], acts[None], c.guidance, c.noise_level)
+            z = sample_ddim(denoise, noise, steps=c.steps, schedule=self.schedule)  # (1, C, h, w)
+            t1 = time.perf_counter()
+            frames = self.codec.decode(z)
+            self.timings = {"denoise": (t1 - t0) * 1e3, "decode": (time.perf_counter() - t1) * 1e3}
         self.latents = torch.cat([self.latents[1:], z])
         self.past_actions = acts[1:]
-        frame = self.codec.decode(z)[0]
-        self.timings = {"denoise": (t1 - t0) * 1e3, "decode": (time.perf_counter() - t1) * 1e3}
-        return frame
+        return frames[0]
 
 
 class NeuralEnv(gym.Env):

@@ -29,6 +29,7 @@ class EvalConfig:
     teacher_forced: TeacherForcedConfig = field(default_factory=TeacherForcedConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     i3d: str | None = None  # TorchScript I3D for FVD; None = eval/fvd.default_i3d_path()
+    runtime: str = "onnx"  # engine/world.py EngineConfig.runtime; "torch" is the fp32 reference
 
 
 def work(cfg: EvalConfig, n_actions: int) -> int:
@@ -43,7 +44,7 @@ def evaluate(model_dir, data, cfg: EvalConfig, report=lambda n: None) -> dict:
     from .heldout import heldout_episodes
     from .metrics import perceptual
 
-    world = NeuralWorld(model_dir, EngineConfig(steps=cfg.ddim_steps))
+    world = NeuralWorld(model_dir, EngineConfig(steps=cfg.ddim_steps, runtime=cfg.runtime))
     store, held = heldout_episodes(world.meta, data)
     lpips, lpips_why = perceptual()
     t0 = time.time()
@@ -134,7 +135,8 @@ def blocks_of(res: dict, out: Path, command: str | None) -> list[tuple]:
     tf = res["teacher_forced"]
     b: list[tuple] = [("h1", f"World model evaluation: {res['env_id']}")]
     b.append(("p", f"Model `{res['model']}` (context {res['context']}, {res['train_steps']} training steps), "
-                   f"held-out episodes of `{res['data']}`, {res['config']['ddim_steps']} DDIM steps with CFG. "
+                   f"held-out episodes of `{res['data']}`, {res['config']['ddim_steps']} DDIM steps with CFG, "
+                   f"{res['config'].get('runtime', 'torch')} runtime. "
                    f"LPIPS: {res['lpips']}. Took {res['seconds'] / 60:.1f} min."))
     if command:
         b.append(("code", command))

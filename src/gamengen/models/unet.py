@@ -55,11 +55,56 @@ class ActionConditionedUNet(ModelMixin, ConfigMixin):
         noise_bucket (B,) int -> v_pred (B, C, h, w)."""
         B, N, C, h, w = context.shape
         x = torch.cat([noisy, context.reshape(B, N * C, h, w)], dim=1)  # (B, C*(N+1), h, w)
-        tokens = self.action_embedding(actions) + self.action_position  # (B, N, D)
-        label = noise_bucket
-        if self.config.last_action_embedding:
-            # Our addition to §3.2: the action that produces the next frame also enters every ResNet
-            # block, jointly with the noise bucket, through the embedding added to the timestep's.
-            # Small CPU-sized models then learn to follow it in minutes (docs/world_model.md).
-            label = noise_bucket * (self.config.n_actions + 1) + actions[:, -1]
-        return self.unet(x, timesteps, encoder_hidden_states=tokens, class_labels=label).sample
+        return self.unet(x, timesteps, encoder_hidden_states=self.tokens(actions),
+                         class_labels=self.class_label(actions, noise_bucket)).sample
+
+    def tokens(self, actions: torch.Tensor) -> torch.Tensor:
+        """actions (B, N) -> the cross-attention sequence (B, N, D)."""
+        return self.action_embedding(actions) + self.action_position
+
+    def class_label(self, actions: torch.Tensor, noise_bucket: torch.Tensor) -> torch.Tensor:
+        if not self.config.last_action_embedding:
+            return noise_bucket
+        # Our addition to §3.2: the action that produces the next frame also enters every ResNet
+        # block, jointly with the noise bucket, through the embedding added to the timestep's.
+        # Small CPU-sized models then learn to follow it in minutes (docs/world_model.md).
+        return noise_bucket * (self.config.n_actions + 1) + actions[:, -1]
+
+    # The play fast path (docs/performance.md): the first convolution is linear in its input, so
+    # conv_in(noisy ++ context) = conv_in's target part (noisy) + conv_in's context part (context).
+    # The context is the same for all DDIM steps of a frame, and at 8 x 64 channels it is almost all
+    # of conv_in's input, so its part is computed once per frame instead of once per step.
+
+    def context_share(self, context: torch.Tensor) -> torch.Tensor:
+        """context (B, N, C, h, w) -> conv_in's response to the context channels, bias included
+        (B, C0, h, w)."""
+        B, N, C, h, w = context.shape
+        conv = self.unet.conv_in
+        return nn.functional.conv2d(context.reshape(B, N * C, h, w), conv.weight[:, C:], conv.bias,
+                                    padding=conv.padding)
+
+    def forward_from_share(self, noisy: torch.Tensor, timesteps: torch.Tensor, share: torch.Tensor,
+                           actions: torch.Tensor, noise_bucket: torch.Tensor) -> torch.Tensor:
+        """``forward`` with the context given as its ``context_share``; the same v_pred.
+
+        It swaps conv_in for the call, so it must not run beside ``forward`` on another thread: play
+        calls it once, to export the graph, before any player shares the network."""
+        conv_in = self.unet.conv_in
+        self.unet.conv_in = _TargetConvIn(conv_in, share)
+        try:
+            return self.unet(noisy, timesteps, encoder_hidden_states=self.tokens(actions),
+                             class_labels=self.class_label(actions, noise_bucket)).sample
+        finally:
+            self.unet.conv_in = conv_in
+
+
+class _TargetConvIn(nn.Module):
+    """conv_in on the noisy target's channels alone, plus the precomputed context share."""
+
+    def __init__(self, conv: nn.Conv2d, share: torch.Tensor):
+        super().__init__()
+        self.conv, self.share = conv, share
+
+    def forward(self, noisy: torch.Tensor) -> torch.Tensor:
+        weight = self.conv.weight[:, : noisy.shape[1]]
+        return nn.functional.conv2d(noisy, weight, None, padding=self.conv.padding) + self.share
