@@ -286,3 +286,43 @@ def test_fast_runtime_plays_the_reference_frames(toy, toy_model):
     one = fast.step(0)
     fast.restore(start, seed=1)
     assert np.abs(fast.step(1).astype(int) - one.astype(int)).mean() > 1  # action 1 moves the cursor
+
+
+def test_distilled_student_makes_the_teachers_frames_in_one_step(toy, toy_model, tmp_path):
+    """`gamengen distill` (paper App. A.4): the 1-step student, without CFG, lands closer to the
+    teacher's 4-step CFG latents than the teacher itself sampled in 1 step, on held-out contexts;
+    an interrupted run resumes to the same losses; the student plays its own way (1 step, no CFG)."""
+    from gamengen.engine.world import EngineConfig, NeuralWorld
+    from gamengen.eval.heldout import context_at, heldout_episodes
+
+    args = ["--model", toy_model, "--data", toy / "store", "--latents", toy / "ae" / "latents",
+            "--checkpoint-every", "50", "--learning-rate", "3e-3"]
+    cli("distill", *args, "--out", tmp_path / "whole", "--steps", "300", check=True)
+    cli("distill", *args, "--out", tmp_path / "parts", "--steps", "20", check=True)
+    cli("distill", *args, "--out", tmp_path / "parts", "--steps", "40", check=True)  # resumes at 20
+    whole, parts = (json.loads((tmp_path / r / "losses.json").read_text()) for r in ("whole", "parts"))
+    np.testing.assert_allclose(parts, whole[:40], rtol=1e-5, atol=1e-7)
+
+    student = NeuralWorld(tmp_path / "whole" / "model", EngineConfig(runtime="torch"))
+    assert student.steps == 1 and student.denoiser.cfg.guidance == 1.0
+    teacher = NeuralWorld(toy_model, EngineConfig(runtime="torch"))
+    one_step = NeuralWorld(toy_model, EngineConfig(runtime="torch", steps=1))
+    store, held = heldout_episodes(teacher.meta, toy / "store", min_length=12)
+    errors = {"student": [], "teacher in 1 step": []}
+    starts = [(rec, t) for rec in held for t in range(10, rec.length - 1, 9)][:8]
+    for i, (rec, t) in enumerate(starts):
+        frames, actions = context_at(store, rec, t, teacher.context)
+        nxt = int(store.open_episode(rec)["actions"][t])
+        for w in (student, teacher, one_step):
+            w.reset(frames, actions, seed=i)
+            w.step(nxt)
+        errors["student"].append(float((student.latents[-1] - teacher.latents[-1]).pow(2).mean()))
+        errors["teacher in 1 step"].append(float((one_step.latents[-1] - teacher.latents[-1]).pow(2).mean()))
+    means = {k: float(np.mean(v)) for k, v in errors.items()}
+    assert means["student"] < 0.5 * means["teacher in 1 step"], means
+
+    fast = NeuralWorld(tmp_path / "whole" / "model")  # the unguided frame graph: one branch, no CFG
+    for w in (fast, student):
+        w.reset(frames, actions, seed=0)
+        w.step(nxt)
+    torch.testing.assert_close(fast.latents, student.latents, atol=1e-4, rtol=1e-4)

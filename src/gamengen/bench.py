@@ -97,7 +97,7 @@ def bench_train(preset: str = "cpu", steps: int = 10, height: int = 120, width: 
     return out
 
 
-def bench_play(model_dir, frames: int = 200, steps: int = 4, report=lambda n: None) -> dict:
+def bench_play(model_dir, frames: int = 200, steps: int | None = None, report=lambda n: None) -> dict:
     """End-to-end play speed through the real server, for play's default fast path (ONNX Runtime)
     and, in the same run, the reference path (eager PyTorch fp32) of the same model.
 
@@ -107,6 +107,9 @@ def bench_play(model_dir, frames: int = 200, steps: int = 4, report=lambda n: No
     browser's drawing. The per-stage times come from the frame headers the server sends."""
     import torch
 
+    from .engine.world import read_meta, sampling_steps
+
+    steps = sampling_steps(read_meta(model_dir), steps)
     out = {"machine": machine(), "threads": torch.get_num_threads(), "model": str(model_dir), "ddim_steps": steps,
            "frames": frames}
     for runtime in ("onnx", "torch"):
@@ -283,7 +286,7 @@ def bench_model(model_dir, repeats: int = 20, compile: bool = True, report=lambd
         return (time.perf_counter() - t0) / repeats * 1e3
 
     unet_gf, dec_gf = flops(lambda: net(*args)), flops(lambda: codec.ae.decode(z))
-    steps = world.config.steps
+    steps = world.steps
     peak = gemm_peak()
     out = {"model": str(model_dir), "machine": machine(), "threads": torch.get_num_threads(), "ddim_steps": steps,
            "gemm_gflops": peak, "gflop": {"unet_call": unet_gf, "decode": dec_gf, "frame": steps * unet_gf + dec_gf}}

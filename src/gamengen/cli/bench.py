@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -119,7 +120,7 @@ def bench_model_cmd(
 def bench_play_cmd(
     model: Path = typer.Option(BUNDLED_MODEL, help="World model folder with start contexts."),
     frames: int = typer.Option(200, help="Timed frames (after 5 warm-up frames)."),
-    steps: int = typer.Option(4, help="DDIM steps per frame."),
+    steps: Optional[int] = typer.Option(None, help="DDIM steps per frame (default: the model's, 4 or 1 if distilled)."),
     as_json: bool = typer.Option(False, "--json"),
 ):
     """End-to-end play FPS and input-to-frame latency through the real server on loopback, for the

@@ -32,7 +32,7 @@ def eval_cmd(
     ar_steps: int = typer.Option(64, help="Autoregressive steps from each start (0: skip)."),
     long_steps: int = typer.Option(10_000, help="Steps of the long-rollout stability test (0: skip)."),
     action_contexts: int = typer.Option(24, help="Contexts for action following (0: skip)."),
-    steps: int = typer.Option(4, help="DDIM steps."),
+    steps: Optional[int] = typer.Option(None, help="DDIM steps (default: the model's, 4 or 1 if distilled)."),
     runtime: str = typer.Option("onnx", help=RUNTIME_HELP),
     i3d: Optional[Path] = typer.Option(None, help="TorchScript I3D for FVD (default ~/.cache/gamengen/"
                                                   "i3d_torchscript.pt; never downloaded)."),
@@ -49,7 +49,7 @@ def eval_cmd(
     from ..eval.teacher_forced import TeacherForcedConfig
 
     for name, v in (("samples", samples), ("episodes", episodes), ("steps", steps)):
-        if v < 1:
+        if v is not None and v < 1:
             raise UserError(f"--{name} must be at least 1, got {v}", f"pass a positive --{name}")
     for name, v in (("ar-steps", ar_steps), ("long-steps", long_steps), ("action-contexts", action_contexts)):
         if v < 0:
@@ -65,7 +65,7 @@ def eval_cmd(
     write_report(res, out, "gamengen " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     tf = res["teacher_forced"]
     fmt = lambda s: f"{s['mean']:.2f} ± {s['std']:.2f}" if s.get("n") else "-"  # noqa: E731
-    table = Table(title=f"teacher-forced, {tf['samples']} held-out frames, {steps} DDIM steps")
+    table = Table(title=f"teacher-forced, {tf['samples']} held-out frames, {res['ddim_steps']} DDIM steps")
     for col in ("frames", "n", "model PSNR", "copy-last PSNR", "AE ceiling PSNR", "model SSIM"):
         table.add_column(col)
     for name in ("all", "moving"):
@@ -83,7 +83,7 @@ def eval_ab_cmd(
     model: Optional[Path] = typer.Option(None, help="World model (only to make the clips the first time)."),
     data: Optional[Path] = typer.Option(None, help="Store of its game (held-out episodes)."),
     pairs: int = typer.Option(12, help="Pairs of clips, half 1.6 s and half 3.2 s."),
-    steps: int = typer.Option(4, help="DDIM steps."),
+    steps: Optional[int] = typer.Option(None, help="DDIM steps (default: the model's)."),
     host: str = typer.Option("127.0.0.1"),
     port: int = typer.Option(8000, help="0 picks a free port."),
     open_browser: bool = typer.Option(True, "--open/--no-open"),

@@ -18,7 +18,7 @@ def play(
     port: int = typer.Option(8000, help="Port (0 picks a free one)."),
     max_sessions: int = typer.Option(8, help="Players at once."),
     idle_timeout: float = typer.Option(300.0, help="Seconds without input before a player is disconnected."),
-    steps: int = typer.Option(4, help="DDIM steps per frame (paper: 4)."),
+    steps: Optional[int] = typer.Option(None, help="DDIM steps per frame (default: the model's; paper: 4)."),
     runtime: str = typer.Option("onnx", help=RUNTIME_HELP),
     keymap: Optional[Path] = typer.Option(None, help="Keymap JSON (default: the game's own)."),
     open_browser: bool = typer.Option(True, "--open/--no-open", help="Open the page in a browser."),

@@ -79,6 +79,38 @@ def train(
         typer.echo(f"{out}: step {len(losses)}, loss {losses[-1]:.4f}; model in {out / 'model'}")
 
 
+
+@app.command()
+def distill(
+    model: Path = typer.Option(..., "--model", help="The teacher: a world model folder (4 DDIM steps + CFG)."),
+    data: Path = typer.Option(..., "--data", help="A store of its game; only training episodes are read."),
+    out: Path = typer.Option(..., "--out", help="Run folder (created, or resumed if it exists); the student in OUT/model."),
+    steps: int = typer.Option(2000, help="Distillation steps."),
+    batch_size: int = typer.Option(16),
+    learning_rate: float = typer.Option(1e-3),
+    max_frames: Optional[int] = typer.Option(None, help="Read a seeded subset of about this many frames."),
+    latents: Optional[Path] = typer.Option(None, help="A latent-cache root to reuse, e.g. the AE run's latents/."),
+    checkpoint_every: int = typer.Option(100),
+    seed: int = typer.Option(0),
+):
+    """A 1-step student of a world model (paper App. A.4): it learns the teacher's 4-step CFG frames."""
+    from ..train.distill import DistillConfig
+    from ..train.distill import distill as run_distill
+
+    cfg = DistillConfig(steps=steps, batch_size=batch_size, learning_rate=learning_rate, max_frames=max_frames,
+                        checkpoint_every=checkpoint_every, seed=seed)
+    with progress_bar("distillation steps", steps) as advance:
+        last = [0]
+
+        def report(step, total, loss):
+            advance(step - last[0])
+            last[0] = step
+
+        losses = run_distill(model, data, out, cfg, report, warn=lambda m: typer.echo(f"warning: {m}", err=True),
+                             latents=latents)
+    if losses:
+        typer.echo(f"{out}: step {len(losses)}, loss {losses[-1]:.5f}; 1-step model in {out / 'model'}")
+
 agent_app = typer.Typer(help="Stage 1: a PPO agent that plays the game; its whole training run is recorded.")
 app.add_typer(agent_app, name="agent")
 

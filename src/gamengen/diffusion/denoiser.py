@@ -140,15 +140,17 @@ class ContextShares(torch.nn.Module):
 
 
 class GuidedStep(torch.nn.Module):
-    def __init__(self, net: torch.nn.Module):
+    def __init__(self, net: torch.nn.Module, guided: bool = True):
         super().__init__()
-        self.net = net
+        self.net, self.guided = net, guided  # unguided: the conditional branch alone (CFG weight 1)
 
     def forward(self, x: torch.Tensor, t: torch.Tensor, shares: torch.Tensor, actions: torch.Tensor,
                 bucket: torch.Tensor, guidance: torch.Tensor) -> torch.Tensor:
         """x (B, C, h, w), t (1,), shares (2B, C0, h, w), actions (B, N), bucket (B,), guidance () ->
         the guided v_pred (B, C, h, w), as ``Denoiser.guided`` computes it."""
         B = x.shape[0]
+        if not self.guided:
+            return self.net.forward_from_share(x, t.expand(B), shares[:B], actions, bucket)
         cond, uncond = self.net.forward_from_share(torch.cat([x, x]), t.expand(2 * B), shares,
                                                    torch.cat([actions, actions]), torch.cat([bucket, bucket])).chunk(2)
         return uncond + guidance * (cond - uncond)

@@ -30,12 +30,12 @@ class FrameGraph(torch.nn.Module):
     the guided U-Net with the schedule's coefficients as constants, and the decode. One graph means
     one call per frame: no Python between the steps, and one thread pool for all of it."""
 
-    def __init__(self, net: torch.nn.Module, codec, schedule, steps: int):
+    def __init__(self, net: torch.nn.Module, codec, schedule, steps: int, guided: bool = True):
         from ..diffusion.denoiser import ContextShares, GuidedStep
         from ..diffusion.sampling import ddim_timesteps
 
         super().__init__()
-        self.shares, self.step, self.ae = ContextShares(net), GuidedStep(net), codec.ae
+        self.shares, self.step, self.ae = ContextShares(net), GuidedStep(net, guided), codec.ae
         self.scale, self.schedule = codec.scale, schedule
         self.timesteps = ddim_timesteps(schedule, steps)
 
@@ -82,17 +82,19 @@ def session(graph: FrameGraph, example: tuple, threads: int):
 class OnnxPath:
     """A model's frame graph in ONNX Runtime. Sessions are thread-safe, so players share one."""
 
-    def __init__(self, net: torch.nn.Module, codec, schedule, context: int, steps: int, threads: int | None = None):
+    def __init__(self, net: torch.nn.Module, codec, schedule, context: int, steps: int, guided: bool = True,
+                 threads: int | None = None):
         C, h, w = codec.latent_shape()
         example = (torch.zeros(1, context, C, h, w), torch.zeros(1, context, dtype=torch.long),
                    torch.zeros(1, dtype=torch.long), torch.tensor(1.5), torch.zeros(1, C, h, w))
-        self.graph = session(FrameGraph(net, codec, copy.deepcopy(schedule), steps), example,
+        self.graph = session(FrameGraph(net, codec, copy.deepcopy(schedule), steps, guided), example,
                              threads or torch.get_num_threads())
         self.codec = codec
+        self.inputs = [i.name for i in self.graph.get_inputs()]  # an unguided graph has no guidance input
 
     def frame(self, context: torch.Tensor, actions: torch.Tensor, bucket: torch.Tensor, guidance: float,
               noise: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:
         """-> the next latent (1, C, h, w) and frame (1, H, W, 3) uint8, as the reference path makes them."""
-        inputs = (context, actions, bucket, torch.tensor(guidance, dtype=torch.float32), noise)
-        z, pixels = self.graph.run(None, {k: np.ascontiguousarray(v.numpy()) for k, v in zip(INPUTS, inputs)})
+        given = dict(zip(INPUTS, (context, actions, bucket, torch.tensor(guidance, dtype=torch.float32), noise)))
+        z, pixels = self.graph.run(None, {k: np.ascontiguousarray(given[k].numpy()) for k in self.inputs})
         return torch.from_numpy(z), self.codec.to_frames(torch.from_numpy(pixels))

@@ -25,7 +25,7 @@ from ..errors import UserError
 
 @dataclass
 class EngineConfig:
-    steps: int = 4  # DDIM steps (paper §3.3: 4 are as good as 20+)
+    steps: int | None = None  # DDIM steps; None = the model's: 4 (paper §3.3: as good as 20+), 1 if distilled
     guidance: float | None = None  # CFG weight on the history; None = the model's (1.5)
     noise_level: float | None = None  # context noise level told to the model; None = the model's
     # "onnx": the U-Net step and the decoder run as ONNX Runtime graphs (engine/fast.py), the play
@@ -47,6 +47,11 @@ def read_meta(model_dir: str | Path) -> dict:
         raise UserError(f"{path} is not valid JSON", "re-export the model with `gamengen train`") from None
 
 
+def sampling_steps(meta: dict, steps: int | None = None) -> int:
+    """DDIM steps per frame: those asked for, else the model's (4, paper §3.3; 1 for a distilled one)."""
+    return int(steps or meta.get("sampling_steps", 4))
+
+
 class NeuralWorld:
     def __init__(self, model_dir: str | Path, config: EngineConfig | None = None):
         from ..diffusion.denoiser import Denoiser, DenoiserConfig
@@ -65,6 +70,7 @@ class NeuralWorld:
         self.denoiser = Denoiser(net, DenoiserConfig(**self.meta["denoiser"]))
         self.schedule = self.denoiser.sampling_schedule()
         self.context = int(self.meta["context"])
+        self.steps = sampling_steps(self.meta, self.config.steps)
         self.fast = self._fast_path(net)
         self.actions = list(self.meta["actions"])
         self.n_actions = len(self.actions)
@@ -83,7 +89,8 @@ class NeuralWorld:
             raise UserError(f"unknown runtime '{runtime}'", "use onnx (fast, the default) or torch (the reference)")
         if not fast.available():
             raise UserError("onnx or onnxruntime is not installed", "pip install onnx onnxruntime, or pass --runtime torch")
-        return fast.OnnxPath(net, self.codec, self.schedule, self.context, self.config.steps)
+        guidance, _ = self.denoiser.sampling_conditions(1, self.config.guidance)
+        return fast.OnnxPath(net, self.codec, self.schedule, self.context, self.steps, guided=guidance != 1.0)
 
     def session(self) -> "NeuralWorld":
         """Another player's world over the same networks (shared, read-only): only the ring, the
@@ -141,7 +148,7 @@ class NeuralWorld:
             self.timings = {"frame graph": (time.perf_counter() - t0) * 1e3}
         else:
             denoise = self.denoiser.guided(self.latents[None], acts[None], c.guidance, c.noise_level)
-            z = sample_ddim(denoise, noise, steps=c.steps, schedule=self.schedule)  # (1, C, h, w)
+            z = sample_ddim(denoise, noise, steps=self.steps, schedule=self.schedule)  # (1, C, h, w)
             t1 = time.perf_counter()
             frames = self.codec.decode(z)
             self.timings = {"denoise": (t1 - t0) * 1e3, "decode": (time.perf_counter() - t1) * 1e3}

@@ -34,7 +34,7 @@ class ABConfig:
     pairs: int = 12
     short_s: float = 1.6
     long_s: float = 3.2
-    ddim_steps: int = 4
+    ddim_steps: int | None = None  # None: the model's
     scale: int = 3  # the clips are upscaled (nearest) to be watchable; both sides alike
     seed: int = 0
 

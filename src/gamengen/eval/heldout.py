@@ -13,16 +13,21 @@ import numpy as np
 from ..errors import UserError
 
 
+def check_store_fits(meta: dict, store, data) -> None:
+    """A store of another game (resolution or action set) than the model's gets one clear line."""
+    if (store.spec.height, store.spec.width) != (meta["height"], meta["width"]) or \
+            list(store.spec.action_set.names) != meta["actions"]:
+        raise UserError(f"store {data} ({store.spec.env_id}, {store.spec.width}x{store.spec.height}) does not hold "
+                        f"this model's game", f"use a store of {meta['env_id']} at {meta['width']}x{meta['height']}")
+
+
 def heldout_episodes(meta: dict, data: str | Path, min_length: int = 2):
     """(store, held-out records of at least ``min_length`` frames) for a model's meta."""
     from ..data.latents import split
     from ..data.store import Store
 
     store = Store.open(data)
-    if (store.spec.height, store.spec.width) != (meta["height"], meta["width"]) or \
-            list(store.spec.action_set.names) != meta["actions"]:
-        raise UserError(f"store {data} ({store.spec.env_id}, {store.spec.width}x{store.spec.height}) does not hold "
-                        f"this model's game", f"use a store of {meta['env_id']} at {meta['width']}x{meta['height']}")
+    check_store_fits(meta, store, data)
     _, held = split(store.episodes(), float(meta.get("heldout", 0.1)))
     if not held:
         raise UserError(f"store {data} has no held-out episodes (the split holds out about "

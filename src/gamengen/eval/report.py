@@ -25,7 +25,7 @@ PAPER = {"tf_psnr": 29.43, "tf_lpips": 0.249, "fvd16": 114.02, "fvd32": 186.23}
 
 @dataclass
 class EvalConfig:
-    ddim_steps: int = 4
+    ddim_steps: int | None = None  # None: the model's (4, or 1 for a distilled model)
     teacher_forced: TeacherForcedConfig = field(default_factory=TeacherForcedConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     i3d: str | None = None  # TorchScript I3D for FVD; None = eval/fvd.default_i3d_path()
@@ -49,7 +49,8 @@ def evaluate(model_dir, data, cfg: EvalConfig, report=lambda n: None) -> dict:
     lpips, lpips_why = perceptual()
     t0 = time.time()
     res = {"model": str(model_dir), "data": str(data), "config": asdict(cfg), "env_id": world.meta["env_id"],
-           "context": world.context, "train_steps": world.meta.get("train_steps"),
+           "context": world.context, "ddim_steps": world.steps,
+           "guidance": world.denoiser.cfg.guidance, "train_steps": world.meta.get("train_steps"),
            "lpips": lpips_why or "AlexNet LPIPS (torchmetrics)"}
     res["teacher_forced"] = teacher_forced(world, store, held, cfg.teacher_forced, lpips, report)
     if cfg.rollout.steps:
@@ -135,7 +136,7 @@ def blocks_of(res: dict, out: Path, command: str | None) -> list[tuple]:
     tf = res["teacher_forced"]
     b: list[tuple] = [("h1", f"World model evaluation: {res['env_id']}")]
     b.append(("p", f"Model `{res['model']}` (context {res['context']}, {res['train_steps']} training steps), "
-                   f"held-out episodes of `{res['data']}`, {res['config']['ddim_steps']} DDIM steps with CFG, "
+                   f"held-out episodes of `{res['data']}`, {res['ddim_steps']} DDIM steps, CFG weight {res['guidance']}, "
                    f"{res['config'].get('runtime', 'torch')} runtime. "
                    f"LPIPS: {res['lpips']}. Took {res['seconds'] / 60:.1f} min."))
     if command:

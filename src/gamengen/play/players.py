@@ -34,7 +34,7 @@ def neural_player(model_dir: Path, ghost: bool = False, keymap: Path | None = No
         game = NeuralGame(world, starts)
         return GhostGame(game, RealGame(meta["env_id"], h, w, starts)) if ghost else game
 
-    info = {"model": Path(model_dir).name, "context": meta["context"], "DDIM steps": world.config.steps}
+    info = {"model": Path(model_dir).name, "context": meta["context"], "DDIM steps": world.steps}
     return Player(make_game, ActionResolver(_keymap(meta["env_id"], keymap), action_set), len(starts),
                   html.escape(f"{meta['env_id']}, learned" + (" (ghost: real game beside it)" if ghost else "")), info)
 

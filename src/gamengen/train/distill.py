@@ -1,0 +1,152 @@
+"""`gamengen distill`: a 1-step student of a trained world model (paper §3.3 and App. A.4).
+
+The paper plays with 4 DDIM steps and reports that a distilled single-step model reaches 50 FPS
+at some cost in quality. Its distillation follows distribution-matching methods (Yin et al. 2024),
+which need a second, "fake" score network. At CPU scale we use the simplest form that fits the
+sampler: the student starts as a copy of the teacher and learns to reproduce, in one DDIM step from
+the same noise and context, the frame latent that the teacher's 4 guided steps make (regression on
+the teacher's deterministic noise-to-latent map, as in Luhman & Luhman 2021). CFG is folded into the
+student, so it runs one branch instead of two: one U-Net call per frame instead of eight.
+
+Contexts come from the training episodes' windows (never held-out ones), clean, as the engine gives
+them at play time. Every draw of step s, sample i comes from a generator seeded by (seed, s, i), so
+a resumed run replays exactly, as in `gamengen train`.
+
+Run folder::
+
+    <run>/config.json          the resolved DistillConfig (a resumed run must match it)
+    <run>/checkpoints/step-N/  crash-safe checkpoints (train/checkpoint.py)
+    <run>/losses.json          the loss of every step so far
+    <run>/model/               the student: the teacher's folder with the student's U-Net and meta
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ..atomic import write_bytes_atomic, write_json_atomic
+from ..data.latents import LatentCache, LatentWindows, split
+from ..data.store import Store
+from ..errors import UserError
+from . import checkpoint
+from .world_model import WM_META, TrainConfig, batch_of, draws_for, subset
+
+
+@dataclass
+class DistillConfig:
+    steps: int = 2000
+    batch_size: int = 16
+    teacher_steps: int = 4  # the teacher's sampler: DDIM 4 steps + CFG (paper §3.3)
+    learning_rate: float = 1e-3  # torch Adafactor, relative step, as in `gamengen train`
+    grad_clip: float = 1.0
+    max_frames: int | None = None  # a seeded subset of the training episodes, as in `gamengen train`
+    checkpoint_every: int = 100
+    keep_checkpoints: int = 3
+    seed: int = 0
+
+
+def distill(teacher_dir: str | Path, data: str | Path, out: str | Path, cfg: DistillConfig,
+            report: Callable[[int, int, float], None] = lambda step, total, loss: None,
+            warn: Callable[[str], None] = print, latents: str | Path | None = None) -> list[float]:
+    """``latents``: a latent-cache root to reuse (e.g. the AE run's ``latents/``); entries are keyed
+    by the encoder's weights, so another AE's cache is never read by mistake."""
+    from ..diffusion.denoiser import Denoiser, DenoiserConfig
+    from ..diffusion.sampling import ddim_loop, ddim_timesteps, sample_ddim
+    from ..engine.world import read_meta
+    from ..eval.heldout import check_store_fits
+    from ..models.autoencoder import FrameCodec
+    from ..models.unet import ActionConditionedUNet
+
+    teacher_dir, data, out = Path(teacher_dir), Path(data), Path(out)
+    meta = read_meta(teacher_dir)
+    if meta.get("sampling_steps", 4) == 1:
+        raise UserError(f"{teacher_dir} is already a 1-step model", "distill the model it was distilled from")
+    store = Store.open(data)
+    check_store_fits(meta, store, data)
+    codec = FrameCodec.load(teacher_dir / "ae")
+    teacher = ActionConditionedUNet.from_pretrained(teacher_dir, use_safetensors=True).eval().requires_grad_(False)
+    dcfg = DenoiserConfig(**meta["denoiser"])
+    # the teacher's window split and noise draws, seeded by ours
+    tcfg = TrainConfig(context=int(meta["context"]), heldout=meta["heldout"], seed=cfg.seed, denoiser=dcfg)
+    recs = subset(split(store.episodes(), tcfg.heldout)[0], cfg.max_frames, cfg.seed)
+    if not recs:
+        raise UserError(f"store {data} has no training episodes", "record some with `gamengen record`")
+    _open_run(out, cfg, teacher_dir, data)
+    cache = LatentCache(codec, Path(latents) if latents else out / "latents")
+    cache.build(store, recs)
+    windows = LatentWindows(store, cache, recs, tcfg.context)
+    guided = Denoiser(teacher, dcfg)
+    teacher_schedule, student_schedule = guided.sampling_schedule(), guided.sampling_schedule()
+    one_step = ddim_timesteps(student_schedule, 1)
+
+    student = copy.deepcopy(teacher).train().requires_grad_(True)
+    opt = torch.optim.Adafactor(student.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
+    start, losses = 0, []
+    state = checkpoint.load_latest(out / "checkpoints", warn)
+    if state is not None:
+        student.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        start, losses = int(state["step"]), list(state["losses"])
+    shape = codec.latent_shape()
+    B = cfg.batch_size
+    bucket = torch.zeros(B, dtype=torch.long)  # clean contexts, as at play (inference noise level 0)
+    report(start, cfg.steps, losses[-1] if losses else float("nan"))
+    for step in range(start, cfg.steps):
+        idx, draws = draws_for(tcfg, step, windows, 0, B, shape)
+        ctx, acts, _ = batch_of(windows, idx, "cpu")
+        target = sample_ddim(guided.guided(ctx, acts), draws.noise, steps=cfg.teacher_steps,
+                             schedule=teacher_schedule)
+        pred = ddim_loop(lambda x, t: student(x, t.expand(B), ctx, acts, bucket), draws.noise, one_step,
+                         student_schedule)
+        loss = torch.nn.functional.mse_loss(pred, target)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(student.parameters(), cfg.grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(loss))
+        report(step + 1, cfg.steps, losses[-1])
+        if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
+            checkpoint.save(out / "checkpoints", step + 1, {"model": student.state_dict(), "step": step + 1,
+                                                            "optimizer": opt.state_dict(), "losses": losses},
+                            keep=cfg.keep_checkpoints)
+            write_json_atomic(out / "losses.json", losses)
+    _export(student.eval(), teacher_dir, out / "model", meta, cfg, len(losses))
+    return losses
+
+
+def _open_run(out: Path, cfg: DistillConfig, teacher: Path, data: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    mine = {**asdict(cfg), "teacher": str(teacher.resolve()), "data": str(data.resolve())}
+    path = out / "config.json"
+    if path.exists():
+        old = json.loads(path.read_text())
+        diff = [k for k in mine if k not in ("steps", "checkpoint_every") and old.get(k) != mine[k]]
+        if diff:
+            raise UserError(f"run {out} was started with other settings ({', '.join(diff)})",
+                            "re-run with the original settings to resume, or use another --out")
+    write_json_atomic(path, mine)
+
+
+def _export(student, teacher_dir: Path, out: Path, meta: dict, cfg: DistillConfig, steps: int) -> None:
+    """The teacher's folder (AE, starts) with the student's U-Net and a meta that plays it in 1 step
+    without CFG (the guidance is folded in)."""
+    if out.exists():
+        shutil.rmtree(out)
+    teacher_net = {"config.json", "diffusion_pytorch_model.safetensors", "README.md"}  # top level only: ae/ stays
+    shutil.copytree(teacher_dir, out, ignore=lambda d, names: teacher_net & set(names) if Path(d) == teacher_dir else ())
+    student.save_pretrained(out, safe_serialization=True)
+    write_json_atomic(out / WM_META, {**meta, "denoiser": {**meta["denoiser"], "guidance": 1.0},
+                                      "sampling_steps": 1, "distilled_from": str(teacher_dir),
+                                      "distill_steps": steps})
+    write_bytes_atomic(out / "README.md", (
+        f"# gamengen world model, 1-step student of `{teacher_dir}`\n\n"
+        f"Distilled for {steps} steps of batch {cfg.batch_size} (`gamengen distill`) to reproduce in one DDIM step "
+        f"the teacher's {cfg.teacher_steps} DDIM steps with CFG {meta['denoiser']['guidance']}; it plays without "
+        "CFG. The AE and the start contexts are the teacher's.\n").encode())
