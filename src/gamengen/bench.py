@@ -256,13 +256,15 @@ def gemm_peak(n: int = 2048, repeats: int = 10) -> dict:
 
 def bench_model(model_dir, repeats: int = 20, compile: bool = True, report=lambda n: None) -> dict:
     """Per-stage FLOPs of one played frame against the GEMM peak, and measured time per U-Net call
-    (both CFG branches, as played) and per decode, for each path beside the eager fp32 baseline."""
+    (both CFG branches, as played) and per decode, for each PyTorch path beside the eager fp32
+    baseline. (The ONNX Runtime fast path runs whole frames; `bench play` measures it end to end.)"""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from .engine.world import NeuralWorld
+    from .diffusion.denoiser import ContextShares
+    from .engine.world import EngineConfig, NeuralWorld
 
-    world = NeuralWorld(model_dir)
+    world = NeuralWorld(model_dir, EngineConfig(runtime="torch"))
     net, codec = world.denoiser.net, world.codec
     C, h, w = codec.latent_shape()
     N = world.context
@@ -286,11 +288,18 @@ def bench_model(model_dir, repeats: int = 20, compile: bool = True, report=lambd
         return (time.perf_counter() - t0) / repeats * 1e3
 
     unet_gf, dec_gf = flops(lambda: net(*args)), flops(lambda: codec.ae.decode(z))
+    # the fast path: the context's conv_in share once per frame, then each step from the share
+    shares = ContextShares(net)(args[2][:1]).detach()
+    share_gf = flops(lambda: ContextShares(net)(args[2][:1]))
+    step_gf = flops(lambda: net.forward_from_share(args[0], args[1], shares, args[3], args[4]))
     steps = world.steps
     peak = gemm_peak()
     out = {"model": str(model_dir), "machine": machine(), "threads": torch.get_num_threads(), "ddim_steps": steps,
-           "gemm_gflops": peak, "gflop": {"unet_call": unet_gf, "decode": dec_gf, "frame": steps * unet_gf + dec_gf}}
-    out["limit_fps"] = {k: peak[k] / out["gflop"]["frame"] for k in peak}
+           "gemm_gflops": peak,
+           "gflop": {"unet_call": unet_gf, "decode": dec_gf, "frame": steps * unet_gf + dec_gf,
+                     "context_shares": share_gf, "unet_call_from_share": step_gf,
+                     "frame_fast_path": share_gf + steps * step_gf + dec_gf}}
+    out["limit_fps"] = {k: peak[k] / out["gflop"]["frame_fast_path"] for k in peak}
     paths = {"eager fp32": lambda: net(*args)}
 
     def bf16():

@@ -110,7 +110,9 @@ def bench_model_cmd(
     typer.echo(f"  GEMM peak: fp32 {pk['fp32']:.0f}, bf16 {pk['bf16']:.0f} GFLOP/s")
     typer.echo(f"  GFLOP: U-Net call (CFG batch 2) {g['unet_call']:.2f}, decode {g['decode']:.2f}, "
                f"frame ({res['ddim_steps']} steps) {g['frame']:.2f}")
-    typer.echo(f"  limit at the peak: fp32 {res['limit_fps']['fp32']:.0f} FPS, bf16 {res['limit_fps']['bf16']:.0f} FPS")
+    typer.echo(f"  GFLOP, fast path: context shares {g['context_shares']:.2f} once, U-Net call from them "
+               f"{g['unet_call_from_share']:.2f}, frame {g['frame_fast_path']:.2f}")
+    typer.echo(f"  fast path's limit at the peak: fp32 {res['limit_fps']['fp32']:.0f} FPS, bf16 {res['limit_fps']['bf16']:.0f} FPS")
     for k, v in res["unet_call_ms"].items():
         typer.echo(f"  U-Net call, {k:14s} {v:6.1f} ms  ({res['vs_baseline'][k]:.2f}x eager fp32)")
     typer.echo(f"  decode, eager fp32       {res['decode_ms']:6.1f} ms")

@@ -110,7 +110,7 @@ def distill(teacher_dir: str | Path, data: str | Path, out: str | Path, cfg: Dis
         torch.nn.utils.clip_grad_norm_(student.parameters(), cfg.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         report(step + 1, cfg.steps, losses[-1])
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
             checkpoint.save(out / "checkpoints", step + 1, {"model": student.state_dict(), "step": step + 1,
