@@ -155,6 +155,23 @@ def test_bad_inputs_are_one_line_exit_2(toy, tmp_path):
         assert not out.exists(), name
 
 
+
+def test_distill_and_runtime_bad_inputs_are_one_line_exit_2(toy, toy_model, tmp_path):
+    store16 = tmp_path / "store16"
+    cli("record", "--env", "toy:cursor", "--resolution", "16x16", "--steps", "50", "--out", store16, check=True)
+    cases = {
+        "distill from another game's store": ["distill", "--model", toy_model, "--data", store16, "--steps", "2"],
+        "distill a missing model": ["distill", "--model", tmp_path / "nope", "--data", toy / "store"],
+        "unknown runtime": ["eval", "--model", toy_model, "--data", toy / "store", "--runtime", "fast"],
+    }
+    for name, args in cases.items():
+        out = tmp_path / "out"
+        res = cli(*args, "--out", out)
+        assert res.returncode == 2, (name, res.stderr)
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error:") and "fix:" in lines[0], (name, res.stderr)
+        assert not out.exists(), name
+
 def test_paper_preset_runs_one_training_step():
     """SD-1.4-size U-Net at 320x256 with 64 frames of context: one step on CPU, batch 1."""
     from gamengen.diffusion.denoiser import Denoiser, DenoiserConfig, TrainingNoise
