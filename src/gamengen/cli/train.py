@@ -87,7 +87,7 @@ def distill(
     out: Path = typer.Option(..., "--out", help="Run folder (created, or resumed if it exists); the student in OUT/model."),
     steps: int = typer.Option(2000, help="Distillation steps."),
     batch_size: int = typer.Option(16),
-    learning_rate: float = typer.Option(1e-3),
+    learning_rate: float = typer.Option(3e-3),
     max_frames: Optional[int] = typer.Option(None, help="Read a seeded subset of about this many frames."),
     latents: Optional[Path] = typer.Option(None, help="A latent-cache root to reuse, e.g. the AE run's latents/."),
     checkpoint_every: int = typer.Option(100),

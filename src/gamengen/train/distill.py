@@ -44,7 +44,7 @@ class DistillConfig:
     steps: int = 2000
     batch_size: int = 16
     teacher_steps: int = 4  # the teacher's sampler: DDIM 4 steps + CFG (paper §3.3)
-    learning_rate: float = 1e-3  # torch Adafactor, relative step, as in `gamengen train`
+    learning_rate: float = 3e-3  # torch Adafactor (relative step), as in `gamengen train`
     grad_clip: float = 1.0
     max_frames: int | None = None  # a seeded subset of the training episodes, as in `gamengen train`
     checkpoint_every: int = 100
