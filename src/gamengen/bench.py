@@ -109,9 +109,10 @@ def bench_play(model_dir, frames: int = 200, steps: int | None = None, report=la
 
     from .engine.world import read_meta, sampling_steps
 
-    steps = sampling_steps(read_meta(model_dir), steps)
+    meta = read_meta(model_dir)
+    steps = sampling_steps(meta, steps)
     out = {"machine": machine(), "threads": torch.get_num_threads(), "model": str(model_dir), "ddim_steps": steps,
-           "frames": frames}
+           "guidance": meta["denoiser"]["guidance"], "frames": frames}
     for runtime in ("onnx", "torch"):
         out[runtime] = _play_through_server(model_dir, frames, steps, runtime, report)
     out["onnx_vs_torch"] = out["onnx"]["fps"] / out["torch"]["fps"]

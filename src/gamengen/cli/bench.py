@@ -134,7 +134,8 @@ def bench_play_cmd(
     if as_json:
         typer.echo(json.dumps(res, indent=2))
         return
-    typer.echo(f"{res['model']}, {res['ddim_steps']} DDIM steps + CFG; {res['machine']}, {res['threads']} threads")
+    typer.echo(f"{res['model']}, {res['ddim_steps']} DDIM steps, CFG weight {res['guidance']}; {res['machine']}, "
+               f"{res['threads']} threads")
     for runtime, name in (("onnx", "fast path (ONNX Runtime)"), ("torch", "reference (eager PyTorch fp32)")):
         r, lat = res[runtime], res[runtime]["latency_ms"]
         typer.echo(f"  {name}: {r['fps']:.1f} FPS end to end, latency p50 {lat['p50']:.0f} ms, p95 {lat['p95']:.0f} ms; "
