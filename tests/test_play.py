@@ -304,8 +304,6 @@ def ghost_server():
     server.stop()
 
 
-
-
 def open_player(browser, server):
     page = browser.new_page(viewport={"width": 1360, "height": 760})
     page.goto(server.url)

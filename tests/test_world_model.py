@@ -248,10 +248,15 @@ def test_train_ae_killed_resumes_to_the_same_weights(toy, tmp_path):
     proc.wait()
     assert (run / "checkpoints" / "step-00000050").exists()
     assert not (run / "gamengen_ae.json").exists()  # killed before the end
+    left = sorted(p.name for p in (run / "checkpoints").iterdir())
     cli(*args, "--out", run, check=True)
     ref = load_file(tmp_path / "ref" / "diffusion_pytorch_model.safetensors")
     got = load_file(run / "diffusion_pytorch_model.safetensors")
-    assert ref.keys() == got.keys() and all(torch.equal(ref[k], got[k]) for k in ref)
+    assert ref.keys() == got.keys()
+    # Named, with the size of the difference and the checkpoints the kill left, so that a failure
+    # says where the resume went wrong (it failed once in CI and has not been reproduced since).
+    differ = {k: float((ref[k] - got[k]).abs().max()) for k in ref if not torch.equal(ref[k], got[k])}
+    assert not differ, f"resumed from {left}: {len(differ)} of {len(ref)} tensors differ, e.g. {list(differ.items())[:3]}"
     assert json.loads((run / "gamengen_ae.json").read_text())["scale"] == \
         json.loads((tmp_path / "ref" / "gamengen_ae.json").read_text())["scale"]
     # resuming with other settings is refused, and changes nothing
