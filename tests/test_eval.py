@@ -203,5 +203,6 @@ def test_ablations_train_and_report_their_variants(toy, toy_model, tmp_path):
         "--values", "1,4", "--samples", "8", check=True)
     r = json.loads((tmp_path / "steps" / "ablation.json").read_text())
     assert [row["value"] for row in r["rows"]] == [1, 4]
+    assert "| 32.58 |" in (tmp_path / "steps" / "ablation.md").read_text()  # the paper's App. A.4 value beside ours
     bad = cli("ablate", "sideways", "--data", toy / "store", "--out", tmp_path / "x")
     assert bad.returncode == 2 and "unknown ablation" in bad.stderr

@@ -44,6 +44,18 @@ def progress_bar(what: str, total: int, done: int = 0):
         yield lambda n: p.advance(task, n)
 
 
+def step_reporter(advance):
+    """A training loop's ``report(step, total, loss)`` that moves the bar to ``step`` (a resumed run
+    reports its first step as it starts)."""
+    last = [0]
+
+    def report(step, total, loss):
+        advance(step - last[0])
+        last[0] = step
+
+    return report
+
+
 def _log_progress(what: str, total: int, done: int, every_s: float = 60.0):
     import time
 

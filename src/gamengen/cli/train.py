@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ..errors import UserError
-from .common import app, progress_bar
+from .common import app, progress_bar, step_reporter
 
 
 @app.command("train-ae")
@@ -68,16 +68,10 @@ def train(
              "checkpoint_every": checkpoint_every, "sample_every": sample_every}
     cfg = TrainConfig.from_preset(preset, bf16=bf16, seed=seed, **{k: v for k, v in given.items() if v is not None})
     with progress_bar(f"training ({preset} preset)", cfg.steps) as advance:
-        last = [0]
-
-        def report(step, total, loss):
-            advance(step - last[0])
-            last[0] = step
-
-        losses = run_train(data, ae, out, cfg, report, warn=lambda m: typer.echo(f"warning: {m}", err=True))
+        losses = run_train(data, ae, out, cfg, step_reporter(advance),
+                           warn=lambda m: typer.echo(f"warning: {m}", err=True))
     if losses:
         typer.echo(f"{out}: step {len(losses)}, loss {losses[-1]:.4f}; model in {out / 'model'}")
-
 
 
 @app.command()
@@ -100,16 +94,11 @@ def distill(
     cfg = DistillConfig(steps=steps, batch_size=batch_size, learning_rate=learning_rate, max_frames=max_frames,
                         checkpoint_every=checkpoint_every, seed=seed)
     with progress_bar("distillation steps", steps) as advance:
-        last = [0]
-
-        def report(step, total, loss):
-            advance(step - last[0])
-            last[0] = step
-
-        losses = run_distill(model, data, out, cfg, report, warn=lambda m: typer.echo(f"warning: {m}", err=True),
-                             latents=latents)
+        losses = run_distill(model, data, out, cfg, step_reporter(advance),
+                             warn=lambda m: typer.echo(f"warning: {m}", err=True), latents=latents)
     if losses:
         typer.echo(f"{out}: step {len(losses)}, loss {losses[-1]:.5f}; 1-step model in {out / 'model'}")
+
 
 agent_app = typer.Typer(help="Stage 1: a PPO agent that plays the game; its whole training run is recorded.")
 app.add_typer(agent_app, name="agent")
