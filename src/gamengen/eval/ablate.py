@@ -68,9 +68,9 @@ def _train(data, ae, out: Path, cfg: AblationConfig, report, **changes) -> Path:
 def _world(model: Path, ddim_steps: int = 4):
     from ..engine.world import EngineConfig, NeuralWorld
 
-    # The fp32 reference path: the fast one gives the same frames (to ~1e-5) but would export one
-    # graph per variant, with 64 unrolled U-Net calls for the 64-step one.
-    return NeuralWorld(model, EngineConfig(steps=ddim_steps, runtime="torch"))
+    # Play's fast path gives the reference path's frames (to ~1e-5, tests/test_world_model.py) at
+    # 2-3x the speed; its graph unrolls every DDIM step, so 64 steps take the eager path instead.
+    return NeuralWorld(model, EngineConfig(steps=ddim_steps, runtime="onnx" if ddim_steps <= 8 else "torch"))
 
 
 def work(kind: str, values: list, cfg: AblationConfig) -> int:
