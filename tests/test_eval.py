@@ -204,5 +204,18 @@ def test_ablations_train_and_report_their_variants(toy, toy_model, tmp_path):
     r = json.loads((tmp_path / "steps" / "ablation.json").read_text())
     assert [row["value"] for row in r["rows"]] == [1, 4]
     assert "| 32.58 |" in (tmp_path / "steps" / "ablation.md").read_text()  # the paper's App. A.4 value beside ours
+    # data-policy: a scripted store stands in for the agent's; both models play the same examples
+    cli("record", "--env", "toy:cursor", "--resolution", "32x32", "--steps", "4000", "--seed", "2", "--policy", "scripted",
+        "--out", tmp_path / "scripted", check=True)
+    cli("ablate", "data-policy", "--data", f"agent={tmp_path / 'scripted'}", "--data", f"random={toy / 'store'}",
+        "--ae", toy / "ae", "--out", tmp_path / "dp", "--train-steps", "30", "--episodes", "4", "--context", "4",
+        check=True)
+    rows = json.loads((tmp_path / "dp" / "ablation.json").read_text())["rows"]
+    assert {(r["value"], r["group"]) for r in rows} == {(p, g) for p in ("agent", "random")
+                                                       for g in ("easy", "medium", "hard", "all")}
+    for r in rows:
+        if r["group"] == "all":
+            assert r["psnr"]["n"] == r["psnr_first"]["n"] == len(r["scores"]) == 4 and r["horizon_steps"] == 90  # 3 s
+    assert "agent − random" in (tmp_path / "dp" / "ablation.md").read_text()
     bad = cli("ablate", "sideways", "--data", toy / "store", "--out", tmp_path / "x")
     assert bad.returncode == 2 and "unknown ablation" in bad.stderr

@@ -130,12 +130,14 @@ def ablate_cmd(
     train_steps: int = typer.Option(1500, help="Training steps per variant."),
     max_frames: int = typer.Option(20_000, help="Training frames per variant (one seeded subset for all)."),
     samples: int = typer.Option(64, help="Teacher-forced frames per variant."),
-    episodes: int = typer.Option(16, help="Autoregressive starts per variant."),
+    episodes: int = typer.Option(16, help="Autoregressive starts per variant (data-policy: test examples, "
+                                           "half from each store)."),
     ar_steps: int = typer.Option(64, help="noise-aug: autoregressive steps per start."),
     context: int = typer.Option(64, help="Context of the noise-aug and data-policy models."),
     seed: int = typer.Option(0),
 ):
     """The paper's ablations at a CPU budget (§5.2); re-run the same command to resume."""
+    from ..data.store import Store
     from ..eval.ablate import AblationConfig, KINDS, ablate, variants, work
 
     if kind not in KINDS:
@@ -151,6 +153,7 @@ def ablate_cmd(
     except ValueError:
         raise UserError(f"bad --values '{values}'", "write integers separated by commas, e.g. 1,2,4") from None
     cfg = AblationConfig(preset, train_steps, max_frames, samples, episodes, ar_steps, context=context, seed=seed)
-    with progress_bar(f"ablation {kind}", work(kind, variants(kind, vals), cfg)) as advance:
+    fps = Store.open(next(iter(stores.values()))).spec.fps if kind == "data-policy" else 35.0
+    with progress_bar(f"ablation {kind}", work(kind, variants(kind, vals), cfg, fps)) as advance:
         res = ablate(kind, out, cfg, stores, str(ae) if ae else None, str(model) if model else None, vals, advance)
     typer.echo(f"wrote {out}/ablation.md, .png and .json ({res['seconds'] / 60:.1f} min)")

@@ -73,12 +73,19 @@ def _world(model: Path, ddim_steps: int = 4):
     return NeuralWorld(model, EngineConfig(steps=ddim_steps, runtime="onnx" if ddim_steps <= 8 else "torch"))
 
 
-def work(kind: str, values: list, cfg: AblationConfig) -> int:
+def horizon_steps(cfg: AblationConfig, fps: float) -> int:
+    """data-policy: autoregressive steps before the measured frame (the paper's 3 s)."""
+    return max(1, round(cfg.horizon_s * fps))
+
+
+def work(kind: str, values: list, cfg: AblationConfig, fps: float) -> int:
     """Units of the progress bar: training steps plus world-model steps."""
     if kind == "steps":
         return len(values) * cfg.samples
     if kind == "context":
         return len(values) * (cfg.train_steps + cfg.samples)
+    if kind == "data-policy":  # every model plays every test example, half from each store
+        return len(values) * (cfg.train_steps + cfg.episodes // 2 * 2 * horizon_steps(cfg, fps))
     return len(values) * (cfg.train_steps + cfg.episodes * cfg.ar_steps)
 
 
@@ -142,7 +149,7 @@ def data_policy(data: dict[str, str], ae, out: Path, cfg: AblationConfig, report
               for name, path in data.items()}
     worlds = {name: _world(m) for name, m in models.items()}
     any_world = next(iter(worlds.values()))
-    K = max(1, round(cfg.horizon_s * any_world.meta.get("fps", 35)))
+    K = horizon_steps(cfg, any_world.meta.get("fps", 35))
     # the same test examples for both models: (store, record, start t0), drawn once
     rng = np.random.default_rng(cfg.seed)
     examples = []
@@ -157,20 +164,33 @@ def data_policy(data: dict[str, str], ae, out: Path, cfg: AblationConfig, report
     groups = ["easy" if d <= cuts[0] else "medium" if d <= cuts[1] else "hard" for d in dist]
     rows = []
     for name, world in worlds.items():
-        scores = []
+        first, scores = [], []  # PSNR of the first predicted frame (the paper's single-frame figure), of the last
         for i, (store, rec, t0) in enumerate(examples):
             frames, past = context_at(store, rec, t0, world.context)
             g = store.open_episode(rec)
             world.reset(frames, past, seed=cfg.seed * 7919 + i)
-            for a in np.asarray(g["actions"][t0:t0 + K], np.int64):
+            for k, a in enumerate(np.asarray(g["actions"][t0:t0 + K], np.int64)):
                 pred = world.step(int(a))
+                if k == 0:
+                    first.append(psnr(pred, np.asarray(g["frames"][t0 + 1])))
             scores.append(psnr(pred, np.asarray(g["frames"][t0 + K])))
             report(K)
         for grp in ("easy", "medium", "hard", "all"):
-            sel = [s for s, g in zip(scores, groups) if grp in ("all", g)]
-            rows.append({"value": name, "group": grp, "psnr": summary(sel),
+            sel = [j for j, g in enumerate(groups) if grp in ("all", g)]
+            # per-example scores too: both models play the same examples, so their difference is paired
+            rows.append({"value": name, "group": grp, "psnr": summary(scores[j] for j in sel),
+                         "psnr_first": summary(first[j] for j in sel), "scores": [scores[j] for j in sel],
+                         "first": [first[j] for j in sel],
                          "distance": [float(cuts[0]), float(cuts[1])], "unit": unit, "horizon_steps": K})
     return rows
+
+
+def paired(rows: list[dict], group: str, key: str) -> str:
+    """Agent minus random over the same examples: mean ± standard error."""
+    a, r = (np.asarray(next(x[key] for x in rows if x["group"] == group and x["value"] == v))
+            for v in ("agent", "random"))
+    d = a - r
+    return f"{d.mean():+.2f} ± {d.std(ddof=1) / np.sqrt(len(d)):.2f} dB" if len(d) > 1 else "n/a"
 
 
 def distance_from_start(store, rec, t: int) -> float:
@@ -189,7 +209,9 @@ def distance_from_start(store, rec, t: int) -> float:
 PAPER_CONTEXT = {64: 22.36, 32: 22.31, 16: 22.28, 8: 22.26, 4: 22.26, 2: 22.03, 1: 20.94}  # Table 1, PSNR
 PAPER_STEPS = {1: 25.47, 2: 31.91, 4: 32.58, 8: 32.55, 64: 32.19}  # App. A.4, teacher-forced PSNR
 PAPER_POLICY = {("easy", "agent"): 20.94, ("easy", "random"): 20.20, ("medium", "agent"): 20.21,
-                ("medium", "random"): 16.50, ("hard", "agent"): 17.51, ("hard", "random"): 15.39}  # Table 2
+                ("medium", "random"): 16.50, ("hard", "agent"): 17.51, ("hard", "random"): 15.39,  # Table 2
+                ("all", "agent"): 19.02, ("all", "random"): 16.84}  # §5.2.3, after 3 s
+PAPER_POLICY_FIRST = {"agent": 25.06, "random": 24.42}  # §5.2.3, single frame
 
 
 def write_ablation(res: dict, out: Path) -> None:
@@ -236,17 +258,24 @@ def write_ablation(res: dict, out: Path) -> None:
         ax.set_xlabel("autoregressive step")
         ax.set_ylabel("PSNR (dB)")
     else:
-        lines += ["| group | policy | PSNR after the horizon | paper |", "|---|---|---|---|"]
+        K = rows[0]["horizon_steps"]
+        lines += [f"| group | policy | n | PSNR, first frame | paper | PSNR after {K} steps | paper |",
+                  "|---|---|---|---|---|---|---|"]
         for r in rows:
-            lines.append(f"| {r['group']} | {r['value']} | {fmt(r['psnr'])} (n={r['psnr'].get('n', 0)}) | "
-                         f"{PAPER_POLICY.get((r['group'], r['value']), '')} |")
+            lines.append(f"| {r['group']} | {r['value']} | {r['psnr'].get('n', 0)} | {fmt(r['psnr_first'])} | "
+                         f"{PAPER_POLICY_FIRST.get(r['value'], '') if r['group'] == 'all' else ''} | "
+                         f"{fmt(r['psnr'])} | {PAPER_POLICY.get((r['group'], r['value']), '')} |")
         groups = ["easy", "medium", "hard", "all"]
-        for j, pol in enumerate(("agent", "random")):
-            ys = [next((r["psnr"].get("mean", np.nan) for r in rows if r["group"] == g and r["value"] == pol), np.nan)
+        lines += ["", "| group | agent − random, first frame | agent − random, after the horizon |", "|---|---|---|"]
+        lines += [f"| {g} | {paired(rows, g, 'first')} | {paired(rows, g, 'scores')} |" for g in groups]
+        for j, (pol, key) in enumerate([(p, k) for k in ("psnr_first", "psnr") for p in ("agent", "random")]):
+            ys = [next((r[key].get("mean", np.nan) for r in rows if r["group"] == g and r["value"] == pol), np.nan)
                   for g in groups]
-            ax.bar(np.arange(4) + 0.4 * j, ys, width=0.4, label=pol)
-        ax.set_xticks(np.arange(4) + 0.2, groups)
-        ax.set_ylabel(f"PSNR after {rows[0]['horizon_steps']} steps (dB)")
+            ax.bar(np.arange(4) + 0.2 * j, ys, width=0.2, color=f"C{j % 2}",
+                   alpha=1.0 if key == "psnr" else 0.45, label=f"{pol}, " + ("first frame" if key == "psnr_first" else f"after {K} steps"))
+        ax.set_xticks(np.arange(4) + 0.3, groups)
+        ax.set_ylabel("PSNR (dB)")
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.35)  # room for the legend above the bars
         lines += ["", f"Groups by distance from the episode's start: easy ≤ {rows[0]['distance'][0]:.0f}, "
                       f"medium ≤ {rows[0]['distance'][1]:.0f}, hard beyond ({rows[0]['unit']} from the start; terciles "
                       "of the test set)."]
