@@ -271,8 +271,9 @@ def write_ablation(res: dict, out: Path) -> None:
         for j, (pol, key) in enumerate([(p, k) for k in ("psnr_first", "psnr") for p in ("agent", "random")]):
             ys = [next((r[key].get("mean", np.nan) for r in rows if r["group"] == g and r["value"] == pol), np.nan)
                   for g in groups]
-            ax.bar(np.arange(4) + 0.2 * j, ys, width=0.2, color=f"C{j % 2}",
-                   alpha=1.0 if key == "psnr" else 0.45, label=f"{pol}, " + ("first frame" if key == "psnr_first" else f"after {K} steps"))
+            when = "first frame" if key == "psnr_first" else f"after {K} steps"
+            ax.bar(np.arange(4) + 0.2 * j, ys, width=0.2, color=f"C{j % 2}", alpha=1.0 if key == "psnr" else 0.45,
+                   label=f"{pol}, {when}")
         ax.set_xticks(np.arange(4) + 0.3, groups)
         ax.set_ylabel("PSNR (dB)")
         ax.set_ylim(0, ax.get_ylim()[1] * 1.35)  # room for the legend above the bars
