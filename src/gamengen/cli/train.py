@@ -24,13 +24,14 @@ def train_ae(
     pretrained: Optional[Path] = typer.Option(None, help="Local diffusers VAE folder (e.g. SD-v1.4's vae/)."),
     seed: int = typer.Option(0),
     checkpoint_every: int = typer.Option(250, help="Steps between checkpoints (either stage)."),
+    keep_checkpoints: int = typer.Option(2, help="How many of the newest checkpoints to keep."),
 ):
     """Train the latent autoencoder on store frames, then fine-tune its decoder alone (re-run to resume)."""
     from ..train.autoencoder import AETrainConfig, train_autoencoder
 
     cfg = AETrainConfig(preset=preset, steps=steps, decoder_steps=decoder_steps, batch_size=batch_size,
                         crop=crop, learning_rate=learning_rate, seed=seed, checkpoint_every=checkpoint_every,
-                        pretrained=str(pretrained) if pretrained else None)
+                        keep_checkpoints=keep_checkpoints, pretrained=str(pretrained) if pretrained else None)
     bars, last = {}, [None]
     with progress_bar("autoencoder steps", (0 if pretrained else steps) + decoder_steps) as advance:
         def report(stage, done, total, loss):

@@ -41,10 +41,13 @@ class AETrainConfig:
     seed: int = 0
     pretrained: str | None = None  # a local diffusers VAE folder instead of stage 1
     checkpoint_every: int = 250  # steps (either stage)
+    keep_checkpoints: int = 2
 
     def __post_init__(self):
         if self.preset not in AE_PRESETS:
             raise UserError(f"unknown preset '{self.preset}'", "use one of: " + ", ".join(AE_PRESETS))
+        if self.keep_checkpoints < 1:
+            raise UserError(f"--keep-checkpoints is {self.keep_checkpoints}", "keep at least 1 to be able to resume")
 
 
 class FrameSampler:
@@ -95,7 +98,7 @@ def train_autoencoder(data: str | Path, out: str | Path, cfg: AETrainConfig,
 
     ae = codec.ae.train()
     ckpts = Path(out) / "checkpoints"
-    mine = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "checkpoint_every"}
+    mine = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("checkpoint_every", "keep_checkpoints")}
     # Steps are counted over both stages: 0..steps-1 is stage 1, then the decoder fine-tune.
     first = 0 if cfg.pretrained else cfg.steps
     total = first + cfg.decoder_steps
@@ -129,7 +132,7 @@ def train_autoencoder(data: str | Path, out: str | Path, cfg: AETrainConfig,
             if done % cfg.checkpoint_every == 0 or s + 1 == steps:
                 checkpoint.save(ckpts, done, {"step": done, "model": ae.state_dict(), "optimizer": opt.state_dict(),
                                               "rng": checkpoint.rng_state(), "frames_rng": frames.rng.bit_generator.state,
-                                              "crop_rng": rng.bit_generator.state, "config": mine}, keep=2)
+                                              "crop_rng": rng.bit_generator.state, "config": mine}, keep=cfg.keep_checkpoints)
 
     mse = lambda a, b: torch.nn.functional.mse_loss(a[:, :, :H, :W], b[:, :, :H, :W])  # noqa: E731
 
