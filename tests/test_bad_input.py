@@ -92,4 +92,6 @@ def test_other_bad_values(tmp_path, toy_store):
     assert_refused(cli("data", "preview", toy_store, "--episode", "nope", "--out", tmp_path / "p.mp4"), "nope")
     assert_refused(cli("data", "preview", toy_store, "--out", tmp_path / "p.avi"), ".mp4")
     assert_refused(cli("data", "verify", tmp_path), "not a trajectory store")
-    assert not any((tmp_path / n).exists() for n in "abc")
+    assert_refused(cli("train-ae", "--data", toy_store, "--out", tmp_path / "d", "--keep-checkpoints", "0"),
+                   "--keep-checkpoints")
+    assert not any((tmp_path / n).exists() for n in "abcd")

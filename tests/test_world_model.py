@@ -228,10 +228,21 @@ def test_engine_plays_with_the_training_time_indexing(toy, toy_model):
     np.testing.assert_array_equal(np.stack(one), np.stack(two))
 
 
+def differing_checkpoints(a, b) -> list[str]:
+    """The checkpoints that runs ``a`` and ``b`` both have and whose tensors differ."""
+    def tensors(run, step):
+        f = run / "checkpoints" / step / "tensors.safetensors"
+        return f.read_bytes() if f.exists() else None
+
+    return [c.name for c in sorted((a / "checkpoints").glob("step-*"))
+            if tensors(b, c.name) is not None and tensors(a, c.name) != tensors(b, c.name)]
+
+
 def test_train_ae_killed_resumes_to_the_same_weights(toy, tmp_path):
     """SIGKILL mid-run, re-run the same command: the AE ends bit-identical to an uninterrupted run."""
     import signal
     import time
+    import warnings
 
     from safetensors.torch import load_file
 
@@ -251,16 +262,24 @@ def test_train_ae_killed_resumes_to_the_same_weights(toy, tmp_path):
     assert not (run / "gamengen_ae.json").exists()  # killed before the end
     left = sorted(p.name for p in (run / "checkpoints").iterdir())
     cli(*args, "--out", run, check=True)
+    parted = differing_checkpoints(tmp_path / "ref", run)
+    if parted and parted[0] <= "step-00000050":
+        # The killed run had parted from the reference *before* the kill: two uninterrupted runs of one
+        # command differed, which is not the resume's doing. Judge the resume from the reference's own
+        # checkpoint instead. (This test failed in 2 of about 8 full CI runs, never in over 20 runs alone, and
+        # those failures did not record where the runs parted; the warning and message now do.)
+        warnings.warn(f"two uninterrupted train-ae runs differed from {parted[0]} on; "
+                      "judging the resume from the reference's step-50 checkpoint")
+        run = tmp_path / "again"
+        shutil.copytree(tmp_path / "ref" / "checkpoints" / "step-00000050", run / "checkpoints" / "step-00000050")
+        cli(*args, "--out", run, check=True)
+        left, parted = ["step-00000050 (the reference's)"], differing_checkpoints(tmp_path / "ref", run)
     ref = load_file(tmp_path / "ref" / "diffusion_pytorch_model.safetensors")
     got = load_file(run / "diffusion_pytorch_model.safetensors")
     assert ref.keys() == got.keys()
     differ = {k: float((ref[k] - got[k]).abs().max()) for k in ref if not torch.equal(ref[k], got[k])}
-    if differ:  # say where: before the kill (the training itself is not repeatable) or after the resume
-        tensors = lambda root, c: (root / "checkpoints" / c.name / "tensors.safetensors").read_bytes()  # noqa: E731
-        parted = [c.name for c in sorted((tmp_path / "ref" / "checkpoints").glob("step-*"))
-                  if tensors(tmp_path / "ref", c) != tensors(run, c)]
-        raise AssertionError(f"killed with {left} on disk; the checkpoints that differ from the uninterrupted run's: "
-                             f"{parted}; {len(differ)} of {len(ref)} final tensors differ, e.g. {list(differ.items())[:3]}")
+    assert not differ, (f"resumed from {left}; the checkpoints that differ from the uninterrupted run's: {parted}; "
+                        f"{len(differ)} of {len(ref)} final tensors differ, e.g. {list(differ.items())[:3]}")
     assert json.loads((run / "gamengen_ae.json").read_text())["scale"] == \
         json.loads((tmp_path / "ref" / "gamengen_ae.json").read_text())["scale"]
     # resuming with other settings is refused, and changes nothing

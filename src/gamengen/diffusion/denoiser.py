@@ -104,8 +104,7 @@ class Denoiser:
         act2, bucket2 = torch.cat([actions, actions]), torch.cat([bucket, bucket])
 
         def denoise(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-            cond, uncond = self.net(torch.cat([x, x]), t.expand(2 * B), ctx2, act2, bucket2).chunk(2)
-            return uncond + w * (cond - uncond)
+            return cfg_combine(*self.net(torch.cat([x, x]), t.expand(2 * B), ctx2, act2, bucket2).chunk(2), w)
 
         return denoise
 
@@ -119,6 +118,12 @@ class Denoiser:
 
     def sampling_schedule(self) -> DDIMScheduler:
         return DDIMScheduler(**scheduler_config(self.cfg), set_alpha_to_one=False)
+
+
+def cfg_combine(cond: torch.Tensor, uncond: torch.Tensor, w) -> torch.Tensor:
+    """Classifier-free guidance (paper §3.3): push the prediction away from the branch without the
+    history by weight ``w``; w = 1 is the conditional branch alone."""
+    return uncond + w * (cond - uncond)
 
 
 # The play fast path (docs/performance.md) exports the guided denoiser of one frame as two graphs of
@@ -153,4 +158,4 @@ class GuidedStep(torch.nn.Module):
             return self.net.forward_from_share(x, t.expand(B), shares[:B], actions, bucket)
         cond, uncond = self.net.forward_from_share(torch.cat([x, x]), t.expand(2 * B), shares,
                                                    torch.cat([actions, actions]), torch.cat([bucket, bucket])).chunk(2)
-        return uncond + guidance * (cond - uncond)
+        return cfg_combine(cond, uncond, guidance)

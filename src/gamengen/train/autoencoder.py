@@ -130,9 +130,10 @@ def train_autoencoder(data: str | Path, out: str | Path, cfg: AETrainConfig,
             done = offset + s + 1
             report(stage, done, total, loss.item())
             if done % cfg.checkpoint_every == 0 or s + 1 == steps:
-                checkpoint.save(ckpts, done, {"step": done, "model": ae.state_dict(), "optimizer": opt.state_dict(),
-                                              "rng": checkpoint.rng_state(), "frames_rng": frames.rng.bit_generator.state,
-                                              "crop_rng": rng.bit_generator.state, "config": mine}, keep=cfg.keep_checkpoints)
+                state_now = {"step": done, "model": ae.state_dict(), "optimizer": opt.state_dict(),
+                             "rng": checkpoint.rng_state(), "frames_rng": frames.rng.bit_generator.state,
+                             "crop_rng": rng.bit_generator.state, "config": mine}
+                checkpoint.save(ckpts, done, state_now, keep=cfg.keep_checkpoints)
 
     mse = lambda a, b: torch.nn.functional.mse_loss(a[:, :, :H, :W], b[:, :, :H, :W])  # noqa: E731
 
