@@ -291,8 +291,12 @@ BUNDLED = Path(__file__).resolve().parents[1] / "models" / "freedoom-e1m1"
 
 
 @pytest.fixture(scope="module")
-def bundled_server():
-    server = Server("play", "--model", BUNDLED, "--no-open")
+def bundled_server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bundled-server-tmp")  # its own temp dir, to see what it writes there
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("TMPDIR", str(tmp))
+        server = Server("play", "--model", BUNDLED, "--no-open")
+    server.tmp = tmp
     yield server
     server.stop()
 
@@ -302,6 +306,44 @@ def ghost_server():
     server = Server("play", "--model", BUNDLED, "--no-open", "--ghost")
     yield server
     server.stop()
+
+
+async def closed_by(server: Server, message: str):
+    """Send one message after the hello; returns the close frame the server answers with."""
+    async with websockets.connect(server.ws, origin=server.origin) as ws:
+        await ws.recv()  # hello
+        await ws.send(message)
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), 30)
+        return closed.value.rcvd
+
+
+@pytest.mark.parametrize("message", ["[" * 4000, '{"type": ' + "[" * 4000, '{"":' * 1000, "[1, 2]", '"step"'])
+def test_deep_or_non_object_json_is_closed_with_1007_and_the_server_plays_on(bundled_server, message):
+    assert len(message) <= 4096  # under the size limit: the parser, not the size check, must refuse it
+    rcvd = asyncio.run(closed_by(bundled_server, message))
+    assert rcvd is not None and rcvd.code == 1007 and rcvd.reason, rcvd
+    _, frames = asyncio.run(play_steps(bundled_server, [["KeyW"]]))  # a new connection still plays
+    assert frames[-1][0]["step"] == 1
+
+
+def test_stopping_an_empty_recording_says_nothing_was_recorded(bundled_server):
+    async def record_nothing():
+        async with websockets.connect(bundled_server.ws, origin=bundled_server.origin) as ws:
+            await ws.recv()  # hello
+            await ws.send(json.dumps({"type": "record", "on": True}))
+            await ws.send(json.dumps({"type": "record", "on": False}))
+            return json.loads(await asyncio.wait_for(ws.recv(), 30))
+
+    msg = asyncio.run(record_nothing())
+    assert msg == {"type": "recording", "url": None, "note": "nothing recorded"}
+    folders = list(bundled_server.tmp.glob("gamengen-recordings-*"))
+    assert len(folders) == 1 and not any(folders[0].iterdir())  # no file written
+
+
+def test_the_favicon_needs_no_token_and_nothing_else_does(bundled_server):
+    assert http_status(bundled_server.base + "/favicon.ico") == 204  # browsers ask without the page's token
+    assert http_status(bundled_server.base + "/recording/x.mp4") == 403
 
 
 def open_player(browser, server):

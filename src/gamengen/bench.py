@@ -50,50 +50,72 @@ def bench_record(cfg: RecordConfig, report=lambda n: None) -> dict:
     }
 
 
-def bench_train(preset: str = "cpu", steps: int = 10, height: int = 120, width: int = 160, n_actions: int = 12,
-                report=lambda n: None) -> dict:
+def bench_train(preset: str = "cpu", steps: int = 10, height: int | None = None, width: int | None = None,
+                n_actions: int = 12, report=lambda n: None) -> dict:
     """World-model training samples/s of a preset, fp32 and bf16 autocast in the same run, on
     synthetic batches of the real shapes (the data path is measured by the store benchmarks), plus
-    the process's peak resident memory."""
+    the time of one frame's sampling (4 DDIM steps + CFG, batch 1, fp32) and the peak memory. On a
+    GPU when there is one. Frames are 160x120, or the paper's 320x240 for the paper preset."""
     import resource
 
     import torch
 
     from .diffusion.denoiser import Denoiser, TrainingNoise
+    from .diffusion.sampling import sample_ddim
     from .models.autoencoder import AE_PRESETS, padded_size
     from .train.world_model import TrainConfig, UNET_PRESETS
     from .models.unet import ActionConditionedUNet
 
+    height, width = height or (240 if preset == "paper" else 120), width or (320 if preset == "paper" else 160)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     cfg = TrainConfig.from_preset(preset)
-    ae = AE_PRESETS[preset]
+    ae = AE_PRESETS.get(preset, AE_PRESETS["cpu"])
     levels = len(UNET_PRESETS[preset]["block_out_channels"]) - 1
     ph, pw = padded_size(height, width, ae.downsample * 2**levels)
     shape = (ae.latent_channels, ph // ae.downsample, pw // ae.downsample)
     net = ActionConditionedUNet(latent_channels=shape[0], latent_height=shape[1], latent_width=shape[2],
-                                context=cfg.context, n_actions=n_actions, **UNET_PRESETS[preset])
+                                context=cfg.context, n_actions=n_actions, **UNET_PRESETS[preset]).to(device)
     den = Denoiser(net, cfg.denoiser)
     opt = torch.optim.Adafactor(net.parameters(), lr=cfg.learning_rate)
     B = cfg.batch_size
-    ctx, tgt = torch.randn(B, cfg.context, *shape), torch.randn(B, *shape)
-    acts = torch.randint(0, n_actions, (B, cfg.context))
+    ctx, tgt = torch.randn(B, cfg.context, *shape, device=device), torch.randn(B, *shape, device=device)
+    acts = torch.randint(0, n_actions, (B, cfg.context), device=device)
     draws = TrainingNoise.draw([torch.Generator().manual_seed(i) for i in range(B)], shape, cfg.context, cfg.denoiser)
-    out = {"preset": preset, "batch": B, "context": cfg.context, "latent": list(shape),
+    out = {"preset": preset, "batch": B, "context": cfg.context, "latent": list(shape), "frame": f"{width}x{height}",
            "params_m": sum(p.numel() for p in net.parameters()) / 1e6, "machine": machine(),
+           "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
            "threads": torch.get_num_threads()}
+
+    def timed(f) -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        f()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    def train_step(bf16: bool) -> None:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = den.loss(tgt, ctx, acts, draws)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
     for name, bf16 in (("fp32", False), ("bf16", True)):
         times = []
         for i in range(steps + 2):  # two warm-up steps
-            t0 = time.perf_counter()
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                loss = den.loss(tgt, ctx, acts, draws)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            times.append(time.perf_counter() - t0)
+            times.append(timed(lambda: train_step(bf16)))
             report(1)
         out[f"{name}_samples_per_s"] = B / (sum(times[2:]) / steps)
     out["bf16_vs_fp32"] = out["bf16_samples_per_s"] / out["fp32_samples_per_s"]
+    net.eval()
+    noise, schedule = torch.randn(1, *shape, device=device), den.sampling_schedule()
+    frame = lambda: sample_ddim(den.guided(ctx[:1], acts[:1]), noise, steps=4, schedule=schedule)  # noqa: E731
+    out["sample_ms"] = 1000 * sorted(timed(frame) for _ in range(7))[3]  # median of 7, after the first calls above
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if device.type == "cuda":
+        out["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
     return out
 
 

@@ -42,11 +42,12 @@ def bench_record_cmd(
 
 @bench_app.command("train")
 def bench_train_cmd(
-    preset: str = typer.Option("cpu", help="tiny, cpu or paper."),
+    preset: str = typer.Option("cpu", help="tiny, cpu, cpu-m or paper (the paper's at 320x240)."),
     steps: int = typer.Option(10, help="Timed steps per precision (after 2 warm-up steps)."),
     as_json: bool = typer.Option(False, "--json"),
 ):
-    """World-model training samples/s in fp32 and bf16 (same run), and peak resident memory."""
+    """World-model training samples/s in fp32 and bf16 (same run), one frame's sampling time (4 DDIM
+    steps + CFG), and peak memory; on a GPU when there is one."""
     from ..bench import bench_train
     from ..train.world_model import TrainConfig
 
@@ -56,11 +57,14 @@ def bench_train_cmd(
     if as_json:
         typer.echo(json.dumps(res, indent=2))
         return
-    typer.echo(f"{preset} preset: {res['params_m']:.1f}M parameters, batch {res['batch']}, context {res['context']}, "
-               f"latent {res['latent']}; {res['machine']}, {res['threads']} threads")
+    typer.echo(f"{preset} preset at {res['frame']}: {res['params_m']:.1f}M parameters, batch {res['batch']}, "
+               f"context {res['context']}, latent {res['latent']}; {res['machine']}, {res['device']}, "
+               f"{res['threads']} threads")
     typer.echo(f"  fp32: {res['fp32_samples_per_s']:.1f} samples/s")
     typer.echo(f"  bf16: {res['bf16_samples_per_s']:.1f} samples/s ({res['bf16_vs_fp32']:.2f}x fp32)")
-    typer.echo(f"  peak resident memory: {res['peak_rss_mb']:.0f} MB")
+    typer.echo(f"  one frame, 4 DDIM steps + CFG (fp32, batch 1): {res['sample_ms']:.1f} ms")
+    typer.echo(f"  peak resident memory: {res['peak_rss_mb']:.0f} MB"
+               + (f", GPU {res['peak_gpu_mb']:.0f} MB" if "peak_gpu_mb" in res else ""))
 
 
 @bench_app.command("agent")

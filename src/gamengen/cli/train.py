@@ -15,7 +15,7 @@ from .common import app, progress_bar, step_reporter
 def train_ae(
     data: Path = typer.Option(..., "--data", help="Trajectory store to learn frames from."),
     out: Path = typer.Option(..., "--out", help="Folder for the autoencoder (diffusers format)."),
-    preset: str = typer.Option("cpu", help="tiny, cpu or paper (sizes the AE and the padding)."),
+    preset: str = typer.Option("cpu", help="tiny, cpu, cpu-16ch or paper (sizes the AE and the padding)."),
     steps: int = typer.Option(3000, help="Autoencoder steps (encoder + decoder)."),
     decoder_steps: int = typer.Option(1000, help="Decoder fine-tune steps, encoder frozen (paper §3.2.2)."),
     batch_size: int = typer.Option(32),
@@ -25,13 +25,15 @@ def train_ae(
     seed: int = typer.Option(0),
     checkpoint_every: int = typer.Option(250, help="Steps between checkpoints (either stage)."),
     keep_checkpoints: int = typer.Option(2, help="How many of the newest checkpoints to keep."),
+    max_minutes: Optional[float] = typer.Option(None, help="Stop after about this many minutes (stage 1 by 3/4 of them), saving the AE as trained so far."),
 ):
     """Train the latent autoencoder on store frames, then fine-tune its decoder alone (re-run to resume)."""
     from ..train.autoencoder import AETrainConfig, train_autoencoder
 
     cfg = AETrainConfig(preset=preset, steps=steps, decoder_steps=decoder_steps, batch_size=batch_size,
                         crop=crop, learning_rate=learning_rate, seed=seed, checkpoint_every=checkpoint_every,
-                        keep_checkpoints=keep_checkpoints, pretrained=str(pretrained) if pretrained else None)
+                        keep_checkpoints=keep_checkpoints, pretrained=str(pretrained) if pretrained else None,
+                        max_minutes=max_minutes)
     bars, last = {}, [None]
     with progress_bar("autoencoder steps", (0 if pretrained else steps) + decoder_steps) as advance:
         def report(stage, done, total, loss):
@@ -49,25 +51,27 @@ def train(
     data: Path = typer.Option(..., "--data", help="Trajectory store."),
     ae: Path = typer.Option(..., "--ae", help="Autoencoder folder from `gamengen train-ae`."),
     out: Path = typer.Option(..., "--out", help="Run folder (created, or resumed if it exists)."),
-    preset: str = typer.Option("cpu", help="tiny, cpu or paper."),
+    preset: str = typer.Option("cpu", help="tiny, cpu, cpu-m or paper (the U-Net's size)."),
     steps: Optional[int] = typer.Option(None, help="Total optimizer steps (default 20000)."),
     batch_size: Optional[int] = typer.Option(None, help="Global batch over all processes."),
     context: Optional[int] = typer.Option(None, help="Context length N (paper: 64)."),
     max_frames: Optional[int] = typer.Option(None, help="Train on a seeded subset of about this many frames."),
     learning_rate: Optional[float] = typer.Option(None),
     bf16: bool = typer.Option(False, help="bf16 autocast."),
+    batched_data: bool = typer.Option(False, help="Gather batches and draw noise on the training device (for GPUs)."),
     checkpoint_every: Optional[int] = typer.Option(None),
     sample_every: Optional[int] = typer.Option(None),
     seed: int = typer.Option(0),
+    max_minutes: Optional[float] = typer.Option(None, help="Stop after about this many minutes, exporting the model at the step reached (the same command resumes)."),
 ):
     """Train the action-conditioned diffusion world model. Works under `accelerate launch`."""
     from ..train.world_model import TrainConfig
     from ..train.world_model import train as run_train
 
     given = {"steps": steps, "batch_size": batch_size, "context": context, "learning_rate": learning_rate,
-             "max_frames": max_frames,
+             "max_frames": max_frames, "max_minutes": max_minutes,
              "checkpoint_every": checkpoint_every, "sample_every": sample_every}
-    cfg = TrainConfig.from_preset(preset, bf16=bf16, seed=seed, **{k: v for k, v in given.items() if v is not None})
+    cfg = TrainConfig.from_preset(preset, bf16=bf16, seed=seed, batched_data=batched_data, **{k: v for k, v in given.items() if v is not None})
     with progress_bar(f"training ({preset} preset)", cfg.steps) as advance:
         losses = run_train(data, ae, out, cfg, step_reporter(advance),
                            warn=lambda m: typer.echo(f"warning: {m}", err=True))
@@ -87,13 +91,14 @@ def distill(
     latents: Optional[Path] = typer.Option(None, help="A latent-cache root to reuse, e.g. the AE run's latents/."),
     checkpoint_every: int = typer.Option(100),
     seed: int = typer.Option(0),
+    max_minutes: Optional[float] = typer.Option(None, help="Stop after about this many minutes, exporting the model at the step reached (the same command resumes)."),
 ):
     """A 1-step student of a world model (paper App. A.4): it learns the teacher's 4-step CFG frames."""
     from ..train.distill import DistillConfig
     from ..train.distill import distill as run_distill
 
     cfg = DistillConfig(steps=steps, batch_size=batch_size, learning_rate=learning_rate, max_frames=max_frames,
-                        checkpoint_every=checkpoint_every, seed=seed)
+                        checkpoint_every=checkpoint_every, seed=seed, max_minutes=max_minutes)
     with progress_bar("distillation steps", steps) as advance:
         losses = run_distill(model, data, out, cfg, step_reporter(advance),
                              warn=lambda m: typer.echo(f"warning: {m}", err=True), latents=latents)

@@ -1,4 +1,4 @@
-"""The latent cache and latent training windows (DESIGN §3): frames are encoded once per encoder.
+"""The latent cache and latent training windows (docs/world_model.md): frames are encoded once per encoder.
 
 Cache layout: ``<cache>/<encoder id>/<episode sha256>.npy``, float16 (T, C, h, w). Keys are content
 digests, so a renamed or merged store still hits, and a decoder fine-tune (same encoder) keeps it.
@@ -17,6 +17,7 @@ import torch
 
 from ..atomic import fsync_dir
 from .store import EpisodeRecord, Store
+from .windows import Windows
 
 
 def is_heldout(rec: EpisodeRecord, fraction: float) -> bool:
@@ -61,37 +62,53 @@ class LatentCache:
         return np.load(self.path(rec), mmap_mode="r")  # memory-mapped: stores larger than RAM train
 
 
-class LatentWindows:
-    """Training windows over cached latents with DESIGN §3.1's indexing: the target is step n, the
-    context is steps n-N..n-1 with their actions. Before the episode start the context repeats the
-    first latent and the action is ``n_actions`` ("no action")."""
+class LatentWindows(Windows):
+    """Training windows over cached latents, with the one rule of ``data.windows`` (docs/dataset.md,
+    "Training windows"): the target is step n, the context is steps n-N..n-1 with their actions.
+    Before the episode start the context repeats the first latent and the action is ``n_actions``
+    ("no action")."""
+
+    dtype = np.float32
 
     def __init__(self, store: Store, cache: LatentCache, records: list[EpisodeRecord], context: int):
-        self.context, self.records, self.cache = context, records, cache
-        self.n_actions = len(store.spec.action_set)
-        self.actions = [np.asarray(store.open_episode(r)["actions"][:], np.int64) for r in records]
-        counts = np.array([r.length - 1 for r in records], np.int64)  # targets n in [1, T-1]
-        self.starts = np.concatenate([[0], np.cumsum(counts)])
+        self.cache = cache
         self._latents: dict[int, np.ndarray] = {}
-
-    def __len__(self) -> int:
-        return int(self.starts[-1])
+        super().__init__(store, records, context)  # targets n in [1, T-1]
 
     def latents(self, e: int) -> np.ndarray:
         if e not in self._latents:
             self._latents[e] = self.cache.load(self.records[e])
         return self._latents[e]
 
+    values = latents
+
     def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """-> context (N, C, h, w) float32, actions (N,) int64, target (C, h, w) float32."""
-        e = int(np.searchsorted(self.starts, i, side="right") - 1)
-        n = 1 + i - int(self.starts[e])
-        N, lat, act = self.context, self.latents(e), self.actions[e]
-        lo = max(0, n - N)
-        ctx = np.asarray(lat[lo:n], np.float32)
-        acts = act[lo:n]
-        pad = N - (n - lo)
-        if pad:
-            ctx = np.concatenate([np.repeat(np.asarray(lat[:1], np.float32), pad, 0), ctx])
-            acts = np.concatenate([np.full(pad, self.n_actions, np.int64), acts])
-        return ctx, acts, np.asarray(lat[n], np.float32)
+        w = self.window(i)
+        return w.context, w.actions, w.target
+
+
+class DeviceWindows:
+    """The windows of a ``LatentWindows``, gathered a whole batch at a time from one tensor holding
+    every latent on the training device, by the same rule (``data.windows.context_steps``: steps
+    before the episode start repeat step 0 with the "no action" token). On a GPU, reading windows one
+    by one in Python starves the device: issue 17's first GPU run trained at 3 steps/s that way."""
+
+    def __init__(self, windows: LatentWindows, device):
+        self.windows, self.device = windows, torch.device(device)
+        lengths = [r.length for r in windows.records]
+        self.offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)  # each episode's first row
+        self.latents = torch.cat([torch.from_numpy(np.array(windows.latents(e))) for e in range(len(lengths))]
+                                 ).to(self.device)  # (F, C, h, w) as cached (float16)
+        self.actions = torch.from_numpy(np.concatenate(windows.actions)).to(self.device)  # (F,) int64
+
+    def batch(self, idx) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Window numbers (B,) -> context (B, N, C, h, w) float32, actions (B, N) int64, target
+        (B, C, h, w) float32, on the device: ``LatentWindows[i]`` for each i, stacked."""
+        e, n = self.windows.locate_many(idx)
+        steps = n[:, None] + np.arange(-self.windows.context, 0)  # (B, N) context steps n-N..n-1
+        rows = torch.from_numpy(self.offsets[e][:, None] + np.maximum(steps, 0)).to(self.device)
+        pad = torch.from_numpy(steps < 0).to(self.device)
+        target = torch.from_numpy(self.offsets[e] + n).to(self.device)
+        actions = torch.where(pad, self.windows.n_actions, self.actions[rows])
+        return self.latents[rows].float(), actions, self.latents[target].float()

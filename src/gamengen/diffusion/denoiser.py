@@ -67,6 +67,16 @@ class TrainingNoise:
         t, n, cn, lv, dr = (torch.stack(c) for c in zip(*cols))
         return cls(t, n, cn, lv, dr)
 
+    @classmethod
+    def draw_batch(cls, generator: torch.Generator, batch: int, latent_shape: tuple[int, ...], context: int,
+                   cfg: DenoiserConfig) -> "TrainingNoise":
+        """The same draws for a whole batch from one generator, on the generator's device: far
+        fewer calls than ``draw``, but the numbers then depend on how the batch is split."""
+        kw = {"generator": generator, "device": generator.device}
+        return cls(torch.randint(0, cfg.num_train_timesteps, (batch,), **kw), torch.randn((batch, *latent_shape), **kw),
+                   torch.randn((batch, context, *latent_shape), **kw), torch.rand(batch, **kw) * cfg.max_noise_level,
+                   torch.rand(batch, **kw) < cfg.context_dropout)
+
 
 class Denoiser:
     def __init__(self, net: torch.nn.Module, cfg: DenoiserConfig):

@@ -36,6 +36,9 @@ class AEConfig:
     norm_num_groups: int = 4
     kl_weight: float = 1e-6  # a whisper of KL keeps latents bounded; reconstructions are what matter
     pretrained: str | None = None  # a local diffusers VAE folder (paper preset: SD-v1.4's vae/)
+    # Frames are padded to a multiple of this (the AE's downsampling times the U-Net's), so the
+    # latents halve as often as the U-Net needs (paper: 240 -> 256).
+    pad_multiple: int = 16
 
     @property
     def downsample(self) -> int:
@@ -43,10 +46,15 @@ class AEConfig:
 
 
 AE_PRESETS = {
-    "tiny": AEConfig(block_out_channels=(8, 16), layers_per_block=1, latent_channels=4, norm_num_groups=4),
+    "tiny": AEConfig(block_out_channels=(8, 16), layers_per_block=1, latent_channels=4, norm_num_groups=4,
+                     pad_multiple=4),
     "cpu": AEConfig(),
+    # The same decoder cost with twice the latent channels (issue 17's latent-channel lever); padded
+    # for U-Nets that halve the latents twice.
+    "cpu-16ch": AEConfig(latent_channels=16, pad_multiple=32),
     # SD-v1's VAE architecture; pass --pretrained <sd-v1-4>/vae to start from its weights (§3.2.2)
-    "paper": AEConfig(block_out_channels=(128, 256, 512, 512), layers_per_block=2, norm_num_groups=32),
+    "paper": AEConfig(block_out_channels=(128, 256, 512, 512), layers_per_block=2, norm_num_groups=32,
+                      pad_multiple=64),
 }
 
 
@@ -97,7 +105,7 @@ class FrameCodec:
     def to_frames(self, x: torch.Tensor) -> np.ndarray:
         """float (B, 3, H', W') in [-1, 1] -> uint8 (B, H, W, 3), padding cropped."""
         x = x[:, :, : self.height, : self.width].float().clamp(-1, 1).add(1).mul(127.5).round()
-        return x.to(torch.uint8).permute(0, 2, 3, 1).contiguous().numpy()
+        return x.to(torch.uint8).permute(0, 2, 3, 1).contiguous().cpu().numpy()
 
     def latent_shape(self) -> tuple[int, int, int]:
         """(C, h, w) of one frame's latent."""
@@ -113,7 +121,8 @@ class FrameCodec:
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> np.ndarray:
-        return self.to_frames(self.ae.decode(latents / self.scale).sample)
+        device = next(self.ae.parameters()).device
+        return self.to_frames(self.ae.decode(latents.to(device) / self.scale).sample)
 
     def save(self, out: Path, card: str) -> None:
         """diffusers save_pretrained (safetensors + config.json), our meta, a model card."""

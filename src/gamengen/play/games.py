@@ -1,18 +1,43 @@
 """What one player plays: the learned game, the real game, or both in lockstep (ghost mode).
 
-Every kind has the same small surface for the server: ``views`` (names of the pictures it shows),
-``reset(start) -> {view: frame}``, ``step(action) -> {view: frame}`` and ``close()``. The server
-never needs to know which kind it drives.
+Every kind has the same small surface, `PlayableGame`, so the server and the window never need to
+know which kind they drive.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Protocol
 
 import numpy as np
 
 from ..envs import EnvConfig, make_env
 from .starts import Start
+
+
+class PlayableGame(Protocol):
+    """What the server and the window use of a game."""
+
+    views: tuple[str, ...]  # names of the pictures it shows, in the order it shows them
+
+    # read-only properties, so a game may compute them (GhostGame asks its real game)
+    @property
+    def timings(self) -> dict[str, float]:
+        """ms per stage of the last step, for the HUD."""
+
+    @property
+    def ended(self) -> bool:
+        """The real game's episode is over; its last frame stays on screen until a reset."""
+
+    @property
+    def diverged(self) -> bool:
+        """The real game's replay of a start did not reach the start's recorded frame."""
+
+    def reset(self, start: int) -> dict[str, np.ndarray]: ...
+
+    def step(self, action: int) -> dict[str, np.ndarray]: ...
+
+    def close(self) -> None: ...
 
 
 class NeuralGame:
@@ -23,6 +48,7 @@ class NeuralGame:
     def __init__(self, world, starts: list[Start]):
         self.world, self.starts = world.session(), starts
         self.timings: dict[str, float] = {}
+        self.ended = self.diverged = False  # the learned game neither ends nor replays anything
 
     def reset(self, start: int) -> dict[str, np.ndarray]:
         s = self.starts[start]
@@ -96,6 +122,14 @@ class GhostGame:
     def __init__(self, neural: NeuralGame, real: RealGame):
         self.neural, self.real = neural, real
         self.timings: dict[str, float] = {}
+
+    @property
+    def ended(self) -> bool:
+        return self.real.ended
+
+    @property
+    def diverged(self) -> bool:
+        return self.real.diverged
 
     def reset(self, start: int) -> dict[str, np.ndarray]:
         return {**self.neural.reset(start), **self.real.reset(start)}

@@ -3,21 +3,23 @@
 Protocol, one WebSocket per player (``/ws?token=...``):
 
 - server -> client, text: ``{"type": "hello", ...}`` once (views, keymap, starts, fps), and
-  ``{"type": "recording", "url": ...}`` when an mp4 is ready.
+  ``{"type": "recording", "url": ...}`` when a recording stops: the mp4's URL, or ``"url": null``
+  and ``"note": "nothing recorded"`` when it holds no frames.
 - client -> server, text JSON, at most ``max_message`` bytes:
   ``{"type": "step", "seq": n, "keys": ["KeyW", ...]}``, ``{"type": "reset", "start": i}``,
   ``{"type": "record", "on": true|false}``.
 - server -> client, binary, one per step or reset: ``b"GNF1"``, a uint32 header length, a JSON
-  header (seq, step, ms per stage, and per view its MIME type and byte size), then the images.
+  header (seq, step, ms per stage, ended, diverged, and per view its MIME type and byte size), then
+  the images.
 
 The client asks for the next frame only when the last one has arrived, so one frame is in flight
 per client and the newest input always wins; it samples the keys once per request, and the time
 from sending a request to drawing its frame is the input-to-frame latency the HUD shows.
 
-Safe defaults: loopback only, a per-launch token on every request, Host and Origin checked (so a
-web page elsewhere cannot drive the server: DNS rebinding, cross-site WebSockets), a session limit,
-an idle timeout and a message size limit. A bad message closes that socket with a close code; the
-server lives on.
+Safe defaults: loopback only, a per-launch token on every request but ``/favicon.ico`` (an empty
+204), Host and Origin checked (so a web page elsewhere cannot drive the server: DNS rebinding,
+cross-site WebSockets), a session limit, an idle timeout, a message size limit and a nesting limit.
+A bad message closes that socket with a close code; the server lives on.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import itertools
 import json
+import re
 import secrets
 import shutil
 import socket
@@ -39,10 +43,11 @@ from typing import Callable
 
 import numpy as np
 from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
-from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse
+from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse, Response
 from PIL import Image
 
 from ..errors import UserError
+from .games import PlayableGame
 from .keymap import MAX_KEYS, ActionResolver
 
 STATIC = Path(__file__).with_name("static")
@@ -51,6 +56,11 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # WebSocket close codes (RFC 6455 §7.4.1, and 4000+ for our own)
 POLICY, UNSUPPORTED, INVALID, TOO_BIG, TRY_LATER, GOING_AWAY = 1008, 1003, 1007, 1009, 1013, 1001
 MAX_RECORDED_FRAMES = 35 * 600  # ten minutes of DOOM time per recording
+# Valid messages nest 2 deep ({"keys": [...]}); json.loads recurses once per level and a 4 KB
+# message of "[[[[..." would run it out of stack (RecursionError), so deeper text is refused unparsed.
+MAX_NESTING = 4
+ESCAPE, STRING, NOT_BRACKET = re.compile(r"\\.", re.S), re.compile(r'"[^"]*"'), re.compile(r"[^\[\]{}]")
+FAVICON = "/favicon.ico"  # browsers fetch it without the page's token
 
 
 @dataclass
@@ -75,7 +85,7 @@ class ServerConfig:
 class Player:
     """The server's view of what it serves: how to make a game session and what the page needs."""
 
-    make_game: Callable[[], object]  # -> NeuralGame | RealGame | GhostGame
+    make_game: Callable[[], PlayableGame]  # a new game per session
     resolver: ActionResolver
     n_starts: int
     title: str
@@ -112,11 +122,19 @@ class BadMessage(Exception):
         self.code, self.reason = code, reason
 
 
+def nesting(text: str) -> int:
+    """How deep brackets nest in a JSON text, not counting those inside strings; linear, no parsing."""
+    brackets = NOT_BRACKET.sub("", STRING.sub("", ESCAPE.sub("", text)))
+    return max(itertools.accumulate((1 if c in "[{" else -1 for c in brackets), initial=0))
+
+
 def parse_message(text: str, n_starts: int) -> dict:
     """Validate one client message; raise BadMessage with the close code to use."""
+    if nesting(text) > MAX_NESTING:
+        raise BadMessage(INVALID, "JSON nested too deep")
     try:
         msg = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # any text that does not parse is the client's error, never ours
         raise BadMessage(INVALID, "not JSON") from None
     if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
         raise BadMessage(INVALID, "expected an object with a 'type'")
@@ -162,6 +180,8 @@ def guard(app: FastAPI, config: ServerConfig, port: int) -> Callable[[str | None
 
     @app.middleware("http")
     async def middleware(request: Request, call_next):
+        if request.url.path == FAVICON:  # "no icon" reveals nothing, and a 403 here litters the console
+            return Response(status_code=204)
         why = check(request.query_params.get("token"), request.headers.get("host"))
         if why:
             return PlainTextResponse(f"403 forbidden: {why}\n", status_code=403)
@@ -229,7 +249,15 @@ def create_app(player: Player, config: ServerConfig, port: int):
             if game is not None:
                 await loop.run_in_executor(compute, game.close)
 
-    async def serve(ws, game, loop):
+    async def save_recording(recorded: list[list[bytes]], loop) -> dict:
+        """The 'recording' message for a stopped recording; an empty one writes no file (no empty mp4)."""
+        if not recorded:
+            return {"type": "recording", "url": None, "note": "nothing recorded"}
+        name = f"{secrets.token_urlsafe(12)}.mp4"
+        await loop.run_in_executor(None, write_recording, recordings / name, recorded, config.fps)
+        return {"type": "recording", "url": f"recording/{name}?token={config.token}"}
+
+    async def serve(ws, game: PlayableGame, loop):
         step, started, recorded, recording_on = 0, False, [], False
         while True:
             try:
@@ -256,10 +284,8 @@ def create_app(player: Player, config: ServerConfig, port: int):
                     recorded, recording_on = [], True
                 elif recording_on:
                     recording_on = False
-                    name = f"{secrets.token_urlsafe(12)}.mp4"
-                    await loop.run_in_executor(None, write_recording, recordings / name, recorded, config.fps)
+                    await ws.send_text(json.dumps(await save_recording(recorded, loop)))
                     recorded = []
-                    await ws.send_text(json.dumps({"type": "recording", "url": f"recording/{name}?token={config.token}"}))
                 continue
             t0 = time.perf_counter()
             if m["type"] == "reset":
@@ -271,12 +297,10 @@ def create_app(player: Player, config: ServerConfig, port: int):
                 step, seq = step + 1, m["seq"]
             t1 = time.perf_counter()
             images = [encode_jpeg(frames[v], config.jpeg_quality) for v in game.views]
-            ms = {k: round(v, 2) for k, v in getattr(game, "timings", {}).items()}
+            ms = {k: round(v, 2) for k, v in game.timings.items()}
             ms.update(step=round((t1 - t0) * 1e3, 2), encode=round((time.perf_counter() - t1) * 1e3, 2))
-            header = {"seq": seq, "step": step, "ms": ms, "ended": bool(getattr(game, "ended", False)),
+            header = {"seq": seq, "step": step, "ms": ms, "ended": bool(game.ended), "diverged": bool(game.diverged),
                       "views": [{"name": v, "mime": "image/jpeg", "size": len(b)} for v, b in zip(game.views, images)]}
-            if getattr(game, "real", None) is not None:
-                header["diverged"] = bool(game.real.diverged)
             await ws.send_bytes(pack_frame(header, images))
             if recording_on and len(recorded) < MAX_RECORDED_FRAMES:
                 recorded.append(images)
@@ -292,8 +316,7 @@ def write_recording(path: Path, recorded: list[list[bytes]], fps: float) -> None
         for images in recorded:
             yield np.concatenate([np.asarray(Image.open(io.BytesIO(b)).convert("RGB")) for b in images], axis=1)
 
-    if recorded:
-        write_video(path, frames(), fps)
+    write_video(path, frames(), fps)
 
 
 def bind(config: ServerConfig) -> socket.socket:

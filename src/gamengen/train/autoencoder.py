@@ -11,6 +11,7 @@ RNG states), so a killed run resumes where it stopped and ends with the same wei
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -23,7 +24,6 @@ from ..data.store import Store
 from ..errors import UserError
 from ..models.autoencoder import AE_PRESETS, FrameCodec, build_autoencoder
 from . import checkpoint
-from .world_model import UNET_PRESETS
 
 
 @dataclass
@@ -42,6 +42,10 @@ class AETrainConfig:
     pretrained: str | None = None  # a local diffusers VAE folder instead of stage 1
     checkpoint_every: int = 250  # steps (either stage)
     keep_checkpoints: int = 2
+    # Stop after about this many minutes of this invocation (None: run both stages to their step
+    # counts): stage 1 ends by 3/4 of it, the decoder fine-tune by the end. For equal-time
+    # comparisons (issue 17); not part of the run's identity, so the same command resumes.
+    max_minutes: float | None = None
 
     def __post_init__(self):
         if self.preset not in AE_PRESETS:
@@ -77,9 +81,9 @@ def train_autoencoder(data: str | Path, out: str | Path, cfg: AETrainConfig,
         raise UserError(f"store {data} has no training episodes", "record some with `gamengen record`")
     torch.manual_seed(cfg.seed)
     ae_cfg = dataclasses.replace(AE_PRESETS[cfg.preset], pretrained=cfg.pretrained)
-    levels = len(UNET_PRESETS[cfg.preset]["block_out_channels"]) - 1
-    codec = FrameCodec(build_autoencoder(ae_cfg), store.spec.height, store.spec.width,
-                       pad_multiple=ae_cfg.downsample * 2**levels,
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    codec = FrameCodec(build_autoencoder(ae_cfg).to(device), store.spec.height, store.spec.width,
+                       pad_multiple=ae_cfg.pad_multiple,
                        meta={"preset": cfg.preset, "env_id": store.spec.env_id,
                              "actions": list(store.spec.action_set.names)})
     frames = FrameSampler(store, train_recs, cfg.seed)
@@ -98,12 +102,14 @@ def train_autoencoder(data: str | Path, out: str | Path, cfg: AETrainConfig,
 
     ae = codec.ae.train()
     ckpts = Path(out) / "checkpoints"
-    mine = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("checkpoint_every", "keep_checkpoints")}
+    mine = {k: v for k, v in dataclasses.asdict(cfg).items()
+            if k not in ("checkpoint_every", "keep_checkpoints", "max_minutes")}
     # Steps are counted over both stages: 0..steps-1 is stage 1, then the decoder fine-tune.
     first = 0 if cfg.pretrained else cfg.steps
     total = first + cfg.decoder_steps
     state = checkpoint.load_latest(ckpts, warn)
     done = 0
+    ran = {"autoencoder": 0, "decoder fine-tune": 0}  # steps each stage ran, for the card
     if state is not None:
         if state["config"] != mine:
             changed = sorted(k for k in mine if state["config"].get(k) != mine[k])
@@ -113,27 +119,34 @@ def train_autoencoder(data: str | Path, out: str | Path, cfg: AETrainConfig,
         checkpoint.set_rng_state(state["rng"])
         frames.rng.bit_generator.state, rng.bit_generator.state = state["frames_rng"], state["crop_rng"]
         done = state["step"]
+        ran.update(state.get("ran", {}))
+    start = time.monotonic()
 
-    def run(stage: str, offset: int, steps: int, params, loss_fn) -> None:
-        """Steps offset+1 .. offset+steps of the run; those already done are skipped."""
+    def run(stage: str, offset: int, steps: int, params, loss_fn, minutes: float | None) -> None:
+        """Steps offset+1 .. offset+steps of the run; those already done are skipped. ``minutes``:
+        end the stage early once this long has passed since the invocation started."""
         nonlocal done
         opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)
         if state is not None and offset < state["step"] < offset + steps:  # resuming inside this stage
             opt.load_state_dict(state["optimizer"])
         for s in range(max(0, done - offset), steps):
-            x = crops(codec.to_pixels(frames.batch(cfg.batch_size)))
+            x = crops(codec.to_pixels(frames.batch(cfg.batch_size))).to(device)
             loss = loss_fn(x)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
             done = offset + s + 1
+            ran[stage] = s + 1
             report(stage, done, total, loss.item())
-            if done % cfg.checkpoint_every == 0 or s + 1 == steps:
+            late = minutes is not None and time.monotonic() - start >= 60 * minutes
+            if done % cfg.checkpoint_every == 0 or s + 1 == steps or late:
                 state_now = {"step": done, "model": ae.state_dict(), "optimizer": opt.state_dict(),
                              "rng": checkpoint.rng_state(), "frames_rng": frames.rng.bit_generator.state,
-                             "crop_rng": rng.bit_generator.state, "config": mine}
+                             "crop_rng": rng.bit_generator.state, "config": mine, "ran": dict(ran)}
                 checkpoint.save(ckpts, done, state_now, keep=cfg.keep_checkpoints)
+            if late:
+                break
 
     mse = lambda a, b: torch.nn.functional.mse_loss(a[:, :, :H, :W], b[:, :, :H, :W])  # noqa: E731
 
@@ -146,18 +159,19 @@ def train_autoencoder(data: str | Path, out: str | Path, cfg: AETrainConfig,
             z = ae.encode(x).latent_dist.mode()
         return mse(ae.decode(z).sample, x)
 
+    budget = cfg.max_minutes
     if not cfg.pretrained:
-        run("autoencoder", 0, cfg.steps, list(ae.parameters()), full)
+        run("autoencoder", 0, cfg.steps, list(ae.parameters()), full, budget and 0.75 * budget)
     decoder_params = list(ae.decoder.parameters()) + list(ae.post_quant_conv.parameters())
-    run("decoder fine-tune", first, cfg.decoder_steps, decoder_params, decoder_only)
+    run("decoder fine-tune", first, cfg.decoder_steps, decoder_params, decoder_only, budget)
     ae.eval()
     # Unit-variance latents, as SD's 0.18215 scale gives its VAE, so the diffusion schedule fits them.
     with torch.no_grad():
-        z = torch.cat([ae.encode(codec.to_pixels(frames.batch(64))).latent_dist.mode() for _ in range(4)])
+        z = torch.cat([codec.encode(frames.batch(64)) for _ in range(4)])  # scale is still 1 here
     codec.scale = float(1.0 / z.std().clamp_min(1e-6))
     codec.save(Path(out), card=(f"# gamengen autoencoder ({cfg.preset} preset)\n\nTrained by `gamengen train-ae` "
-                                f"on `{data}`: {0 if cfg.pretrained else cfg.steps} autoencoder steps, then "
-                                f"{cfg.decoder_steps} decoder-only steps (encoder frozen, pixel MSE; paper §3.2.2), "
+                                f"on `{data}`: {ran['autoencoder']} autoencoder steps, then "
+                                f"{ran['decoder fine-tune']} decoder-only steps (encoder frozen, pixel MSE; paper §3.2.2), "
                                 f"batch {cfg.batch_size}" + (f" of {cfg.crop}x{cfg.crop} crops" if cfg.crop else "") +
                                 f". Frames {W}x{H} padded to "
                                 f"{codec.padded[1]}x{codec.padded[0]}; latents {codec.latent_shape()}.\n"))

@@ -36,7 +36,7 @@ from ..data.latents import LatentCache, LatentWindows, split
 from ..data.store import Store
 from ..errors import UserError
 from . import checkpoint
-from .world_model import WM_META, TrainConfig, batch_of, draws_for, subset
+from .world_model import RUN_INDEPENDENT, WM_META, Deadline, TrainConfig, batch_of, draws_for, subset
 
 
 @dataclass
@@ -50,6 +50,7 @@ class DistillConfig:
     checkpoint_every: int = 100
     keep_checkpoints: int = 3
     seed: int = 0
+    max_minutes: float | None = None  # stop this invocation after about this long (as `gamengen train`)
 
 
 def distill(teacher_dir: str | Path, data: str | Path, out: str | Path, cfg: DistillConfig,
@@ -70,8 +71,11 @@ def distill(teacher_dir: str | Path, data: str | Path, out: str | Path, cfg: Dis
         raise UserError(f"{teacher_dir} is already a 1-step model", "distill the model it was distilled from")
     store = Store.open(data)
     check_store_fits(meta, store, data)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     codec = FrameCodec.load(teacher_dir / "ae")
+    codec.ae.to(device)
     teacher = ActionConditionedUNet.from_pretrained(teacher_dir, use_safetensors=True).eval().requires_grad_(False)
+    teacher.to(device)
     dcfg = DenoiserConfig(**meta["denoiser"])
     # the teacher's window split and noise draws, seeded by ours
     tcfg = TrainConfig(context=int(meta["context"]), heldout=meta["heldout"], seed=cfg.seed, denoiser=dcfg)
@@ -96,14 +100,15 @@ def distill(teacher_dir: str | Path, data: str | Path, out: str | Path, cfg: Dis
         start, losses = int(state["step"]), list(state["losses"])
     shape = codec.latent_shape()
     B = cfg.batch_size
-    bucket = torch.zeros(B, dtype=torch.long)  # clean contexts, as at play (inference noise level 0)
+    bucket = torch.zeros(B, dtype=torch.long, device=device)  # clean contexts, as at play (noise level 0)
     report(start, cfg.steps, losses[-1] if losses else float("nan"))
+    deadline, last = Deadline(cfg.max_minutes), cfg.steps
     for step in range(start, cfg.steps):
         idx, draws = draws_for(tcfg, step, windows, 0, B, shape)
-        ctx, acts, _ = batch_of(windows, idx, "cpu")
-        target = sample_ddim(guided.guided(ctx, acts), draws.noise, steps=cfg.teacher_steps,
-                             schedule=teacher_schedule)
-        pred = ddim_loop(lambda x, t: student(x, t.expand(B), ctx, acts, bucket), draws.noise, one_step,
+        ctx, acts, _ = batch_of(windows, idx, device)
+        noise = draws.noise.to(device)
+        target = sample_ddim(guided.guided(ctx, acts), noise, steps=cfg.teacher_steps, schedule=teacher_schedule)
+        pred = ddim_loop(lambda x, t: student(x, t.expand(B), ctx, acts, bucket), noise, one_step,
                          student_schedule)
         loss = torch.nn.functional.mse_loss(pred, target)
         loss.backward()
@@ -112,11 +117,15 @@ def distill(teacher_dir: str | Path, data: str | Path, out: str | Path, cfg: Dis
         opt.zero_grad(set_to_none=True)
         losses.append(float(loss.detach()))
         report(step + 1, cfg.steps, losses[-1])
-        if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
+        if deadline.passed():
+            last = step + 1
+        if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == last:
             checkpoint.save(out / "checkpoints", step + 1, {"model": student.state_dict(), "step": step + 1,
                                                             "optimizer": opt.state_dict(), "losses": losses},
                             keep=cfg.keep_checkpoints)
             write_json_atomic(out / "losses.json", losses)
+        if step + 1 == last:
+            break
     _export(student.eval(), teacher_dir, out / "model", meta, cfg, len(losses))
     return losses
 
@@ -127,7 +136,7 @@ def _open_run(out: Path, cfg: DistillConfig, teacher: Path, data: Path) -> None:
     path = out / "config.json"
     if path.exists():
         old = json.loads(path.read_text())
-        diff = [k for k in mine if k not in ("steps", "checkpoint_every") and old.get(k) != mine[k]]
+        diff = [k for k in mine if k not in RUN_INDEPENDENT and old.get(k) != mine[k]]
         if diff:
             raise UserError(f"run {out} was started with other settings ({', '.join(diff)})",
                             "re-run with the original settings to resume, or use another --out")

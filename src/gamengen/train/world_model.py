@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -28,7 +29,7 @@ import numpy as np
 import torch
 
 from ..atomic import write_bytes_atomic, write_json_atomic, write_png
-from ..data.latents import LatentCache, LatentWindows, split
+from ..data.latents import DeviceWindows, LatentCache, LatentWindows, split
 from ..data.store import Store
 from ..diffusion.denoiser import Denoiser, DenoiserConfig, TrainingNoise
 from ..errors import UserError
@@ -50,6 +51,12 @@ UNET_PRESETS = {
     "cpu": {"block_out_channels": (32, 64), "layers_per_block": 1, "cross_attention_dim": 64,
             "attention_head_dim": 4, "down_block_types": ("DownBlock2D", "DownBlock2D"),
             "up_block_types": ("UpBlock2D", "UpBlock2D"), "norm_num_groups": 8},
+    # Issue 17's size lever: three levels (16x20, 8x10, 4x5) and 5x the cpu preset's parameters, still
+    # attention only in the middle block. 0.67 GFLOP per call at context 16 (cpu: 0.19), so it plays
+    # in real time on 2 cores through 1-step distillation or a few unguided steps.
+    "cpu-m": {"block_out_channels": (64, 128, 128), "layers_per_block": 1, "cross_attention_dim": 64,
+              "attention_head_dim": 8, "down_block_types": ("DownBlock2D",) * 3,
+              "up_block_types": ("UpBlock2D",) * 3, "norm_num_groups": 8},
     "paper": {"block_out_channels": (320, 640, 1280, 1280), "layers_per_block": 2, "cross_attention_dim": 768,
               "attention_head_dim": 8,
               "down_block_types": ("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D",
@@ -59,6 +66,7 @@ UNET_PRESETS = {
 TRAIN_PRESETS = {  # what a preset changes in TrainConfig
     "tiny": {"context": 4, "batch_size": 16, "learning_rate": 1e-2},
     "cpu": {"context": 64, "batch_size": 32, "learning_rate": 1e-2},
+    "cpu-m": {"context": 16, "batch_size": 32, "learning_rate": 1e-2},
     "paper": {"context": 64, "batch_size": 128, "learning_rate": 2e-5},  # §4.2
 }
 
@@ -81,6 +89,14 @@ class TrainConfig:
     sample_every: int = 1000
     keep_checkpoints: int = 3
     seed: int = 0
+    # Stop this invocation after about this many minutes of training (None: run to ``steps``), with a
+    # checkpoint and the model exported at the step reached: equal-time comparisons (issue 17).
+    # Not part of the run's identity, like ``steps``: the same command resumes.
+    max_minutes: float | None = None
+    # Gather each batch's windows and draw its noise as whole tensors on the training device
+    # (data/latents.DeviceWindows, TrainingNoise.draw_batch) instead of sample by sample: what a
+    # GPU needs to be fed. Resumes exactly, but the draws then depend on the process count.
+    batched_data: bool = False
     denoiser: DenoiserConfig = field(default_factory=DenoiserConfig)
 
     @classmethod
@@ -121,11 +137,23 @@ def build_network(cfg: TrainConfig, codec, n_actions: int):
                                  n_actions=n_actions, noise_buckets=cfg.denoiser.noise_buckets, **kw)
 
 
+def seed_of(*parts: int) -> int:
+    return int(np.random.SeedSequence(list(parts)).generate_state(1)[0])
+
+
+def batched_draws(cfg: TrainConfig, step: int, rank: int, windows: DeviceWindows, per: int, latent_shape):
+    """``draws_for`` with ``batched_data``: this process's share of the batch of ``step``, from
+    generators seeded by (seed, step, rank), the noise drawn on the training device."""
+    idx = torch.randint(0, len(windows.windows), (per,), generator=torch.Generator().manual_seed(
+        seed_of(cfg.seed, step, rank, 0))).numpy()
+    gen = torch.Generator(windows.device).manual_seed(seed_of(cfg.seed, step, rank, 1))
+    return windows.batch(idx), TrainingNoise.draw_batch(gen, per, latent_shape, cfg.context, cfg.denoiser)
+
+
 def draws_for(cfg: TrainConfig, step: int, windows: LatentWindows, lo: int, hi: int, latent_shape):
     """Samples lo..hi-1 of the global batch of ``step``: window indices and noise, from per-sample
     generators seeded by (seed, step, i)."""
-    gens = [torch.Generator().manual_seed(int(np.random.SeedSequence([cfg.seed, step, i]).generate_state(1)[0]))
-            for i in range(lo, hi)]
+    gens = [torch.Generator().manual_seed(seed_of(cfg.seed, step, i)) for i in range(lo, hi)]
     idx = [int(torch.randint(0, len(windows), (), generator=g)) for g in gens]
     return idx, TrainingNoise.draw(gens, latent_shape, cfg.context, cfg.denoiser)
 
@@ -136,13 +164,16 @@ def batch_of(windows: LatentWindows, idx: list[int], device) -> tuple[torch.Tens
             torch.from_numpy(np.stack(tgt)).to(device))
 
 
+RUN_INDEPENDENT = ("steps", "checkpoint_every", "sample_every", "max_minutes")  # may change on resume
+
+
 def open_run(out: Path, cfg: TrainConfig, data: Path, ae: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     mine = {**cfg.to_json(), "data": str(data.resolve()), "ae": str(ae.resolve())}
     path = out / "config.json"
     if path.exists():
         old = json.loads(path.read_text())
-        diff = [k for k in mine if k not in ("steps", "checkpoint_every", "sample_every") and old.get(k) != mine[k]]
+        diff = [k for k in mine if k not in RUN_INDEPENDENT and old.get(k) != mine[k]]
         if diff:
             raise UserError(f"run {out} was started with other settings ({', '.join(diff)})",
                             "re-run with the original settings to resume, or use another --out")
@@ -154,9 +185,9 @@ def sample_grid(denoiser: Denoiser, codec, windows: LatentWindows, n: int, steps
     from ..diffusion.sampling import sample_ddim
 
     idx = np.linspace(0, len(windows) - 1, n).astype(int)
-    ctx, acts, tgt = batch_of(windows, list(idx), "cpu")
+    ctx, acts, tgt = batch_of(windows, list(idx), next(denoiser.net.parameters()).device)
     gen = torch.Generator().manual_seed(0)
-    noise = torch.randn(tgt.shape, generator=gen)
+    noise = torch.randn(tgt.shape, generator=gen).to(tgt.device)
     pred = sample_ddim(denoiser.guided(ctx, acts), noise, steps=steps, schedule=denoiser.sampling_schedule())
     rows = []
     for i in range(n):
@@ -194,11 +225,13 @@ def train(data: str | os.PathLike, ae: str | os.PathLike, out: str | os.PathLike
                         "pick a --batch-size that is a multiple of the process count")
     if main:
         open_run(out, cfg, data, ae)
+    codec.ae.to(accelerator.device)  # encoding the cache and decoding samples
     cache = LatentCache(codec, ae / "latents")
     if main:
         cache.build(store, train_recs)
     accelerator.wait_for_everyone()
     windows = LatentWindows(store, cache, train_recs, cfg.context)
+    batched = DeviceWindows(windows, accelerator.device) if cfg.batched_data else None
     torch.manual_seed(cfg.seed)  # the initial weights, the same in every process and every rerun
     net = build_network(cfg, codec, len(spec.action_set))
     opt = torch.optim.Adafactor(net.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
@@ -212,6 +245,7 @@ def train(data: str | os.PathLike, ae: str | os.PathLike, out: str | os.PathLike
         checkpoint.set_rng_state(state["rng"])
         start, losses = int(state["step"]), list(state["losses"])
     net, opt = accelerator.prepare(net, opt)
+    ema.to(accelerator.device)
     plain = accelerator.unwrap_model(net)
     denoiser = Denoiser(plain, cfg.denoiser)
     world, rank = accelerator.num_processes, accelerator.process_index
@@ -234,10 +268,15 @@ def train(data: str | os.PathLike, ae: str | os.PathLike, out: str | os.PathLike
         write_json_atomic(out / "losses.json", losses)
 
     report(start, cfg.steps, losses[-1] if losses else float("nan"))
+    deadline = Deadline(cfg.max_minutes)
+    last = cfg.steps
     for step in range(start, cfg.steps):
         net.train()
-        idx, draws = draws_for(cfg, step, windows, rank * per, (rank + 1) * per, latent_shape)
-        ctx, acts, tgt = batch_of(windows, idx, accelerator.device)
+        if batched is not None:
+            (ctx, acts, tgt), draws = batched_draws(cfg, step, rank, batched, per, latent_shape)
+        else:
+            idx, draws = draws_for(cfg, step, windows, rank * per, (rank + 1) * per, latent_shape)
+            ctx, acts, tgt = batch_of(windows, idx, accelerator.device)
         with accelerator.autocast():
             loss = denoiser.loss(tgt, ctx, acts, draws, net=net)
         accelerator.backward(loss)
@@ -252,11 +291,15 @@ def train(data: str | os.PathLike, ae: str | os.PathLike, out: str | os.PathLike
             writer.add_scalar("train/loss", mean_loss, step + 1)
         report(step + 1, cfg.steps, mean_loss)
         done = step + 1
-        if done % cfg.checkpoint_every == 0 or done == cfg.steps:
+        if deadline.passed(accelerator):
+            last = done
+        if done % cfg.checkpoint_every == 0 or done == last:
             save(done)
-        if main and cfg.sample_every and (done % cfg.sample_every == 0 or done == cfg.steps):
+        if main and cfg.sample_every and (done % cfg.sample_every == 0 or done == last):
             with ema_weights(ema, plain):
                 write_png(out / "samples" / f"step-{done:08d}.png", sample_grid(denoiser, codec, windows, 4))
+        if done == last:
+            break
     accelerator.wait_for_everyone()
     if main:
         if writer is not None:
@@ -265,6 +308,23 @@ def train(data: str | os.PathLike, ae: str | os.PathLike, out: str | os.PathLike
             export_model(plain, codec, out / "model", cfg, spec, len(losses), data)
     accelerator.end_training()
     return losses
+
+
+class Deadline:
+    """``max_minutes`` of this invocation. All processes stop at the same step: the first clock to
+    pass the deadline decides for all."""
+
+    def __init__(self, minutes: float | None):
+        self.end = None if minutes is None else time.monotonic() + 60 * minutes
+
+    def passed(self, accelerator=None) -> bool:
+        if self.end is None:
+            return False
+        hit = time.monotonic() >= self.end
+        if accelerator is None or accelerator.num_processes == 1:
+            return hit
+        flag = torch.tensor([float(hit)], device=accelerator.device)
+        return bool(accelerator.reduce(flag, reduction="sum")[0] > 0)
 
 
 class ema_weights:
