@@ -6,16 +6,23 @@ At these model sizes eager PyTorch spends a frame's time mostly on per-operation
 with fused kernels and little overhead per node: a frame of the bundled model takes about a third
 of eager PyTorch's time, and the outputs agree to about 1e-5 (the tests check it).
 
-The graph is exported from the loaded networks in memory when the engine starts (a few seconds),
-so nothing is written next to a user's model and a re-trained model never meets a stale graph.
+The graph is exported from the loaded networks when the engine first starts on a model (a few
+seconds) and kept in the user's cache folder (``graph_cache_dir``), never next to the model. Its
+name is a digest of everything the graph depends on: the weights, the sampling settings, the code
+that builds it and the torch/onnx/onnxruntime versions; so a re-trained model or an upgrade never
+meets a stale graph. A sidecar holds the graph's sha256: a damaged file is detected and rebuilt.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import importlib.util
 import io
+import json
+import os
 import warnings
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -54,21 +61,81 @@ class FrameGraph(torch.nn.Module):
 INPUTS = ("context", "actions", "bucket", "guidance", "noise")
 
 
-def session(graph: FrameGraph, example: tuple, threads: int):
-    """Export the frame graph at these example inputs (fixed shapes) and open it in ONNX Runtime.
+OPSET = 17
+
+
+def export(graph: FrameGraph, example: tuple) -> bytes:
+    """The frame graph at these example inputs (fixed shapes) as ONNX bytes.
 
     The TorchScript-tracing exporter takes about 2 s for the bundled model; torch.export's (the
     newer default) takes 11-15 s for the same graph, which runs no faster. Tracing is safe here
     because every shape is fixed and no input's value steers Python control flow (the tests check
     the graph against the reference path on other inputs than these)."""
-    import onnxruntime as ort
-
     graph.eval()
     buf = io.BytesIO()
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the tracer warns at every shape check diffusers makes
-        torch.onnx.export(graph, example, buf, dynamo=False, opset_version=17, input_names=list(INPUTS),
+        torch.onnx.export(graph, example, buf, dynamo=False, opset_version=OPSET, input_names=list(INPUTS),
                           output_names=["latent", "pixels"])
+    return buf.getvalue()
+
+
+def graph_cache_dir() -> Path:
+    """``$GAMENGEN_CACHE/onnx``, else the user's cache folder (``$XDG_CACHE_HOME`` or ~/.cache)."""
+    root = os.environ.get("GAMENGEN_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gamengen"
+    return Path(root) / "onnx"
+
+
+def graph_key(graph: FrameGraph, example: tuple) -> str:
+    """A digest of everything the exported graph depends on."""
+    import diffusers
+    import onnx
+    import onnxruntime
+
+    from ..diffusion import denoiser, sampling
+    from ..models import unet
+
+    h = hashlib.sha256()
+    for name, t in sorted(graph.state_dict().items()):  # the U-Net's and the AE's weights
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    settings = {"scale": graph.scale, "timesteps": graph.timesteps, "guided": graph.step.guided,
+                "schedule": dict(graph.schedule.config), "shapes": [list(x.shape) for x in example], "opset": OPSET,
+                "versions": [torch.__version__, diffusers.__version__, onnx.__version__, onnxruntime.__version__]}
+    h.update(json.dumps(settings, sort_keys=True, default=str).encode())
+    for source in (__file__, denoiser.__file__, sampling.__file__, unet.__file__):  # the code that builds it
+        h.update(Path(source).read_bytes())
+    return h.hexdigest()[:32]
+
+
+def cached_graph(graph: FrameGraph, example: tuple) -> tuple[bytes, str]:
+    """The graph's ONNX bytes from the cache, else exported (and cached when the folder is writable).
+    -> (bytes, "cache" | "exported")."""
+    from ..atomic import write_bytes_atomic, write_json_atomic
+
+    folder = graph_cache_dir()
+    key = graph_key(graph, example)
+    path, sidecar = folder / f"{key}.onnx", folder / f"{key}.json"
+    try:
+        data = path.read_bytes()
+        if json.loads(sidecar.read_text())["sha256"] == hashlib.sha256(data).hexdigest():
+            return data, "cache"
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # missing, damaged or half-written: export again
+    data = export(graph, example)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(path, data)
+        write_json_atomic(sidecar, {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)})  # last
+    except OSError:
+        pass  # a read-only home still plays, exporting at each start
+    return data, "exported"
+
+
+def session(model: bytes, threads: int):
+    """Open ONNX bytes in ONNX Runtime for play: fixed threads, no spinning."""
+    import onnxruntime as ort
+
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
@@ -76,7 +143,7 @@ def session(graph: FrameGraph, example: tuple, threads: int):
     # ORT's worker threads spin between runs by default; on 2 cores they then take time from torch's
     # threads and the server's (a frame took 81 ms spinning, 33 ms not, in an early trial).
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(buf.getvalue(), opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
 
 
 class OnnxPath:
@@ -87,8 +154,9 @@ class OnnxPath:
         C, h, w = codec.latent_shape()
         example = (torch.zeros(1, context, C, h, w), torch.zeros(1, context, dtype=torch.long),
                    torch.zeros(1, dtype=torch.long), torch.tensor(1.5), torch.zeros(1, C, h, w))
-        self.graph = session(FrameGraph(net, codec, copy.deepcopy(schedule), steps, guided), example,
-                             threads or torch.get_num_threads())
+        graph = FrameGraph(net, codec, copy.deepcopy(schedule), steps, guided)
+        model, self.source = cached_graph(graph, example)  # source: "cache" or "exported"
+        self.graph = session(model, threads or torch.get_num_threads())
         self.codec = codec
         self.inputs = [i.name for i in self.graph.get_inputs()]  # an unguided graph has no guidance input
 

@@ -1,0 +1,69 @@
+"""Play's frame graph is cached in the user's cache folder, keyed by what it depends on; a damaged or
+stale entry is rebuilt (engine/fast.py)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from gamengen.engine import fast
+
+pytestmark = pytest.mark.skipif(not fast.available(), reason="onnx/onnxruntime not installed")
+
+
+def tiny_path(seed: int = 0):
+    from diffusers import DDIMScheduler
+
+    from gamengen.diffusion.denoiser import DenoiserConfig, scheduler_config
+    from gamengen.models.autoencoder import AE_PRESETS, FrameCodec, build_autoencoder
+    from gamengen.models.unet import ActionConditionedUNet
+    from gamengen.train.world_model import UNET_PRESETS
+
+    torch.manual_seed(seed)
+    codec = FrameCodec(build_autoencoder(AE_PRESETS["tiny"]).eval(), 16, 16, pad_multiple=4)
+    C, h, w = codec.latent_shape()
+    net = ActionConditionedUNet(latent_channels=C, latent_height=h, latent_width=w, context=2, n_actions=3,
+                                **UNET_PRESETS["tiny"]).eval()
+    schedule = DDIMScheduler(**scheduler_config(DenoiserConfig()), set_alpha_to_one=False)
+    return lambda: fast.OnnxPath(net, codec, schedule, context=2, steps=2, threads=1)
+
+
+def run_once(path) -> np.ndarray:
+    C, h, w = path.codec.latent_shape()
+    g = torch.Generator().manual_seed(0)
+    z, _ = path.frame(torch.randn(1, 2, C, h, w, generator=g), torch.tensor([[0, 1]]), torch.tensor([0]), 1.5,
+                      torch.randn(1, C, h, w, generator=g))
+    return z.numpy()
+
+
+def test_the_graph_is_cached_reused_and_rebuilt_when_damaged_or_stale(tmp_path, monkeypatch):
+    monkeypatch.setenv("GAMENGEN_CACHE", str(tmp_path))
+    make = tiny_path()
+    cold = make()
+    assert cold.source == "exported"
+    graphs = sorted((tmp_path / "onnx").glob("*.onnx"))
+    assert len(graphs) == 1 and json.loads(graphs[0].with_suffix(".json").read_text())["bytes"] == graphs[0].stat().st_size
+    warm = make()
+    assert warm.source == "cache"
+    np.testing.assert_array_equal(run_once(warm), run_once(cold))
+
+    graphs[0].write_bytes(graphs[0].read_bytes()[:1000])  # damaged (a crash mid-copy, a bad disk)
+    rebuilt = make()
+    assert rebuilt.source == "exported"
+    np.testing.assert_array_equal(run_once(rebuilt), run_once(cold))
+    assert make().source == "cache"
+
+    other = tiny_path(seed=1)()  # other weights: another entry, never the first one's graph
+    assert other.source == "exported" and len(list((tmp_path / "onnx").glob("*.onnx"))) == 2
+    assert not np.array_equal(run_once(other), run_once(cold))
+
+
+def test_an_unwritable_cache_still_plays(tmp_path, monkeypatch):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv("GAMENGEN_CACHE", str(blocked))
+    path = tiny_path()()
+    assert path.source == "exported" and np.isfinite(run_once(path)).all()
