@@ -15,6 +15,7 @@ import torch
 from conftest import Server, cli, needs_browser
 from gamengen.eval.fvd import fvd, load_i3d
 from gamengen.eval.metrics import MAX_DB, frechet_distance, perceptual, psnr, ssim
+from gamengen.models.world_model import WorldModel
 
 
 def texture(h=48, w=64, seed=0) -> np.ndarray:
@@ -189,14 +190,14 @@ def test_ablations_train_and_report_their_variants(toy, toy_model, tmp_path):
     r = json.loads((tmp_path / "ctx" / "ablation.json").read_text())
     assert [row["value"] for row in r["rows"]] == [1, 4] and all(row["psnr"]["n"] == 8 for row in r["rows"])
     for n in (1, 4):  # each variant is a real model with its own context
-        meta = json.loads((tmp_path / "ctx" / f"context-{n}" / "model" / "gamengen_wm.json").read_text())
-        assert meta["context"] == n
+        meta, _ = WorldModel.read_meta(tmp_path / "ctx" / f"context-{n}" / "model")
+        assert meta.context == n
     assert (tmp_path / "ctx" / "ablation.png").stat().st_size > 1000
     cli("ablate", "noise-aug", "--data", toy / "store", "--ae", toy / "ae", "--out", tmp_path / "noise",
         "--train-steps", "30", "--episodes", "2", "--ar-steps", "8", "--context", "4", check=True)
-    off = json.loads((tmp_path / "noise" / "noise-aug-off" / "model" / "gamengen_wm.json").read_text())
-    on = json.loads((tmp_path / "noise" / "noise-aug-on" / "model" / "gamengen_wm.json").read_text())
-    assert off["denoiser"]["max_noise_level"] == 0.0 and on["denoiser"]["max_noise_level"] == 0.7
+    off, _ = WorldModel.read_meta(tmp_path / "noise" / "noise-aug-off" / "model")
+    on, _ = WorldModel.read_meta(tmp_path / "noise" / "noise-aug-on" / "model")
+    assert off.denoiser.max_noise_level == 0.0 and on.denoiser.max_noise_level == 0.7
     r = json.loads((tmp_path / "noise" / "ablation.json").read_text())
     assert [len(row["curve"]) for row in r["rows"]] == [8, 8]
     cli("ablate", "steps", "--data", toy / "store", "--model", toy_model, "--out", tmp_path / "steps",

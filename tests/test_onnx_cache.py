@@ -15,9 +15,7 @@ pytestmark = pytest.mark.skipif(not fast.available(), reason="onnx/onnxruntime n
 
 
 def tiny_path(seed: int = 0):
-    from diffusers import DDIMScheduler
-
-    from gamengen.diffusion.denoiser import DenoiserConfig, scheduler_config
+    from gamengen.diffusion.sampling import DDIMSchedule, scaled_linear_alphas
     from gamengen.models.autoencoder import AE_PRESETS, FrameCodec, build_autoencoder
     from gamengen.models.unet import ActionConditionedUNet
     from gamengen.train.world_model import UNET_PRESETS
@@ -27,8 +25,8 @@ def tiny_path(seed: int = 0):
     C, h, w = codec.latent_shape()
     net = ActionConditionedUNet(latent_channels=C, latent_height=h, latent_width=w, context=2, n_actions=3,
                                 **UNET_PRESETS["tiny"]).eval()
-    schedule = DDIMScheduler(**scheduler_config(DenoiserConfig()), set_alpha_to_one=False)
-    return lambda: fast.OnnxPath(net, codec, schedule, context=2, steps=2, threads=1)
+    alphas = scaled_linear_alphas()
+    return lambda: fast.OnnxPath(net, codec, DDIMSchedule.trailing(alphas, 2), alphas, context=2, threads=1)
 
 
 def run_once(path) -> np.ndarray:

@@ -20,9 +20,9 @@ import websockets
 from conftest import Server, cli, needs_browser
 from gamengen.envs import ActionSet
 from gamengen.envs.vizdoom_env import DOOM_ACTIONS, DOOM_BUTTONS
+from gamengen.models.world_model import WorldModel
 from gamengen.play.keymap import ActionResolver, Keymap
 from gamengen.play.server import unpack_frame
-from gamengen.play.starts import load_starts
 
 DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
 
@@ -389,7 +389,7 @@ def test_the_bundled_game_plays_in_chromium(bundled_server, browser, tmp_path):
 
 
 def test_ghost_mode_replays_each_start_and_runs_in_lockstep(ghost_server):
-    starts = load_starts(BUNDLED)
+    starts = WorldModel.load_starts(BUNDLED)
     for i, s in enumerate(starts):  # the real game replays every start to its recorded frame
         # turning changes the real view where walking can be blocked by a wall; from a start at an
         # episode's first frame the real view stayed unchanged for 3 steps, so play 8
@@ -403,6 +403,6 @@ def test_ghost_mode_replays_each_start_and_runs_in_lockstep(ghost_server):
 @needs_browser
 def test_ghost_mode_shows_both_views_in_chromium(ghost_server, browser, tmp_path):
     page = open_player(browser, ghost_server)
-    views = hold_and_play(page, "ArrowUp", 20, start=len(load_starts(BUNDLED)) - 1)
+    views = hold_and_play(page, "ArrowUp", 20, start=len(WorldModel.load_starts(BUNDLED)) - 1)
     assert set(views) == {"view-model", "view-real"}
     save_screenshot(page, tmp_path, "ghost.png")

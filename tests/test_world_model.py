@@ -14,6 +14,7 @@ import torch
 from conftest import TINY, cli, snapshot
 from gamengen.data.latents import LatentCache, LatentWindows, split
 from gamengen.data.store import Store
+from gamengen.train.run import KILL_AT_SAVE
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
     mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
@@ -23,19 +24,15 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
 def test_toy_model_follows_the_action(toy, toy_model):
     """Done-when: a tiny model trained briefly predicts the frame the *true* action produces, clearly
     better than under a wrong action. This checks conditioning and time indexing end to end."""
-    from gamengen.diffusion.denoiser import Denoiser, DenoiserConfig
-    from gamengen.diffusion.sampling import sample_ddim
-    from gamengen.models.autoencoder import FrameCodec
-    from gamengen.models.unet import ActionConditionedUNet
+    from gamengen.diffusion.denoiser import Denoiser
+    from gamengen.models.world_model import WorldModel
 
-    model = toy_model
-    codec = FrameCodec.load(model / "ae")
-    net = ActionConditionedUNet.from_pretrained(model).eval()
-    meta = json.loads((model / "gamengen_wm.json").read_text())
-    den = Denoiser(net, DenoiserConfig(**meta["denoiser"]))
+    model = WorldModel.from_pretrained(toy_model)
+    codec, sampler = model.codec, model.sampler
+    den = Denoiser(model.net, model.meta.denoiser)
     store = Store.open(toy / "store")
     _, held = split(store.episodes(), 0.1)
-    windows = LatentWindows(store, LatentCache(codec, toy / "ae" / "latents"), held, meta["context"])
+    windows = LatentWindows(store, LatentCache(codec, toy / "ae" / "latents"), held, model.meta.context)
     LatentCache(codec, toy / "ae" / "latents").build(store, held)
     rng = np.random.default_rng(0)
     true_psnr, wrong_psnr = [], []
@@ -50,7 +47,7 @@ def test_toy_model_follows_the_action(toy, toy_model):
         for a in (acts, wrong):
             c, a_t = torch.from_numpy(ctx[None]), torch.from_numpy(a[None])
             noise = torch.randn((1, *ctx.shape[1:]), generator=torch.Generator().manual_seed(int(i)))
-            z = sample_ddim(den.guided(c, a_t), noise, steps=4, schedule=den.sampling_schedule())
+            z = den.sample(c, a_t, noise, sampler)
             preds.append(codec.decode(z)[0])
         true_psnr.append(psnr(preds[0], truth))
         wrong_psnr.append(psnr(preds[1], truth))
@@ -68,7 +65,9 @@ def run_train(toy, out, steps, extra=(), kill_at_save=None, env=None):
     """`gamengen train` in a subprocess; optionally SIGKILLed in the middle of saving a checkpoint."""
     code = ("import sys; from gamengen.train.world_model import TrainConfig, train; "
             f"train(sys.argv[1], sys.argv[2], sys.argv[3], TrainConfig.from_preset('tiny', steps={steps}, "
-            f"checkpoint_every=10, sample_every=0), warn=print, _kill_at_save={kill_at_save})")
+            f"checkpoint_every=10, sample_every=0), warn=print)")
+    if kill_at_save is not None:
+        env = {**(env or os.environ), KILL_AT_SAVE: str(kill_at_save)}
     return subprocess.run([sys.executable, "-c", code, str(toy / "store"), str(toy / "ae"), str(out)],
                           capture_output=True, text=True, env=env, timeout=900)
 
@@ -349,7 +348,7 @@ def test_distilled_student_makes_the_teachers_frames_in_one_step(toy, toy_model,
     np.testing.assert_allclose(parts, whole[:40], rtol=1e-5, atol=1e-7)
 
     student = NeuralWorld(tmp_path / "whole" / "model", EngineConfig(runtime="torch"))
-    assert student.steps == 1 and student.denoiser.cfg.guidance == 1.0
+    assert student.steps == 1 and student.guidance == 1.0 and student.meta.distilled_from == str(toy_model)
     teacher = NeuralWorld(toy_model, EngineConfig(runtime="torch"))
     one_step = NeuralWorld(toy_model, EngineConfig(runtime="torch", steps=1))
     store, held = heldout_episodes(teacher.meta, toy / "store", min_length=12)

@@ -1,4 +1,4 @@
-"""Crash-safe file writes (DESIGN.md §10): temp file in the same folder, fsync, rename, fsync folder."""
+"""Crash-safe file writes (docs/architecture.md): temp file in the same folder, fsync, rename, fsync folder."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""User-facing errors: one line that says what is wrong and how to fix it (DESIGN.md §10)."""
+"""User-facing errors: one line that says what is wrong and how to fix it (docs/architecture.md)."""
 
 
 class UserError(Exception):

@@ -2,7 +2,7 @@
 
 One agent step ("decision") holds an action for ``hold`` game frames. Each of those frames goes into
 the trajectory store with the action that followed it, exactly as `gamengen record` stores random
-play, so the world model sees agent and random data in one format (DESIGN §3.1).
+play, so the world model sees agent and random data in one format (docs/dataset.md).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class DoomAgentEnv(gym.Env):
         self.training_step = 0
         self.shard = None
         if store is not None:
-            from ..record.recorder import spec_of
+            from ..data.store import spec_of
 
             st = Store.create_or_open(store, spec_of(self.game, images=()))
             self.shard = ShardWriter(st, f"agent-{phase}-{index}",

@@ -1,4 +1,4 @@
-"""The shaped reward of GameNGen App. A.3 (DESIGN.md §4), computed from ViZDoom game variables.
+"""The shaped reward of GameNGen App. A.3 (docs/agent.md), computed from ViZDoom game variables.
 
 The goal is not a high score but human-like, diverse play: the agent is paid for fighting, picking
 things up and, above all, for reaching parts of the map it has not seen in this episode.

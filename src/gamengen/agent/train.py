@@ -74,9 +74,9 @@ def _make_env(cfg: AgentEnvConfig, index: int, store: str | None, subprocess: bo
         from gymnasium.wrappers import TransformReward
 
         if subprocess:
-            from ..record.recorder import _die_with_parent
+            from ..processes import die_with_parent
 
-            _die_with_parent()  # a killed learner leaves no game (and no shard lock) behind
+            die_with_parent()  # a killed learner leaves no game (and no shard lock) behind
         return TransformReward(DoomAgentEnv(cfg, index, store, "train"), lambda r: r * reward_scale)
 
     return make
@@ -135,143 +135,148 @@ def export_config(cfg: AgentConfig, env: DoomAgentEnv) -> dict:
             "features_per_image": cfg.features_per_image, "head_width": cfg.head_width}
 
 
-def open_run(out: Path, cfg: AgentConfig) -> None:
-    """Create the run folder, or check that an existing one was made with the same settings."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"cannot create run folder {out}: {e.strerror}", "pick a writable --out folder") from None
-    if not out.is_dir():
-        raise UserError(f"{out} is not a folder", "pick another --out")
-    path = out / "config.json"
-    mine = cfg.to_json()
-    if path.exists():
-        try:
-            old = json.loads(path.read_text())
-        except json.JSONDecodeError:
-            raise UserError(f"{path} is not valid JSON", "restore it, or start a new run with another --out") from None
-        diff = [k for k in mine if k != "steps" and old.get(k) != mine[k]]
-        if diff:
-            raise UserError(f"run {out} was started with other settings ({', '.join(diff)})",
-                            "re-run with the original settings to resume, or use another --out")
-    write_json_atomic(path, mine)
-
-
 def train(out: str | os.PathLike, cfg: AgentConfig, report: Callable[[int, int], None] = lambda done, total: None):
     """Train (or resume) the agent in run folder ``out``; ``report(frames_done, frames_total)``."""
     import torch
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-    from ..data.store import Store
-    from ..record.recorder import spec_of
-    from .policy import export_policy, policy_kwargs
+    from .policy import export_policy
 
     out = Path(out)
+    exported = _prepare_run(out, cfg)
     store = out / "store"
-    probe = DoomAgentEnv(cfg.env, 0, None)  # validates the env id before anything is written
-    try:
-        exported = export_config(cfg, probe)
-        if (out / "checkpoint" / "ppo.zip").exists():
-            check_checkpoint(out / "checkpoint", exported["actions"])
-        open_run(out, cfg)
-        Store.create_or_open(store, spec_of(probe.game, images=()))  # once here, before the workers race
-    finally:
-        probe.close()
     sub = cfg.vec_env == "subprocess"
     makers = [_make_env(cfg.env, i, str(store) if cfg.record else None, sub, cfg.reward_scale)
               for i in range(cfg.n_envs)]
     venv = SubprocVecEnv(makers, start_method="spawn") if sub else DummyVecEnv(makers)
     hold = cfg.env.hold
-    ckpt = out / "checkpoint" / "ppo.zip"
+    evaluator = _Evaluator(cfg, store)
     try:
-        if ckpt.exists():
-            try:
-                model = PPO.load(ckpt, env=venv, device=cfg.device, tensorboard_log=str(out / "tb"))
-            except (ValueError, KeyError, OSError, RuntimeError, zipfile.BadZipFile) as e:
-                raise UserError(f"checkpoint {ckpt} does not load ({type(e).__name__}: {str(e)[:100]})",
-                                f"delete {ckpt.parent} to restart the PPO run, or use another --out") from None
-        else:
-            model = PPO("MultiInputPolicy", venv, learning_rate=cfg.learning_rate, n_steps=cfg.n_steps,
-                        batch_size=cfg.batch_size, n_epochs=cfg.n_epochs, gamma=cfg.gamma, ent_coef=cfg.ent_coef,
-                        policy_kwargs=policy_kwargs(cfg.features_per_image, cfg.head_width, cfg.bf16),
-                        tensorboard_log=str(out / "tb"), device=cfg.device, seed=cfg.env.seed, verbose=0)
+        model = _load_or_create_model(out, cfg, venv)
         torch.set_num_threads(max(1, os.cpu_count() or 1))
 
-        eval_env = None
-
-        def frames_of(timesteps: int) -> int:
-            return int(timesteps) * hold
-
-        class Recorder(BaseCallback):
-            """Checkpoints, tells the games the training step, logs episode stats, evaluates."""
-
-            def __init__(self):
-                super().__init__()
-                self.rollouts = 0
-                self.next_eval = (frames_of(model.num_timesteps) // cfg.eval_every + 1) * cfg.eval_every
-
-            def _on_rollout_start(self) -> None:
-                # SB3 updates the policy between two rollouts: checkpoint the updated one
-                # (self.num_timesteps lags until the first step; the model's count is current)
-                if self.rollouts and self.rollouts % cfg.checkpoint_every == 0:
-                    save(model.num_timesteps)
-                self.training_env.env_method("set_training_step", frames_of(model.num_timesteps))
-
-            def _on_step(self) -> bool:
-                for info in self.locals["infos"]:
-                    stats = info.get("episode_stats")
-                    if stats:
-                        for k in ("shaped_return", "kills", "coverage"):
-                            self.logger.record_mean(f"episode/{k}", stats[k])
-                if self.num_timesteps % (cfg.n_envs * 16) == 0:
-                    report(frames_of(self.num_timesteps), cfg.steps)
-                return True
-
-            def _on_rollout_end(self) -> None:
-                self.rollouts += 1
-                frames = frames_of(self.num_timesteps)
-                if frames >= self.next_eval:
-                    self.next_eval += cfg.eval_every
-                    for stats in evaluate(frames):
-                        for k in ("shaped_return", "kills", "coverage"):
-                            self.logger.record_mean(f"eval/{k}", stats[k])
-
-        def evaluate(frames: int) -> list[dict]:
-            nonlocal eval_env
-            if eval_env is None:
-                eval_env = DoomAgentEnv(cfg.env, 0, str(store) if cfg.record else None, "eval")
-            eval_env.training_step = frames
-            results = []
-            for _ in range(cfg.eval_episodes):
-                obs, _ = eval_env.reset()
-                while True:
-                    action, _ = model.predict(obs, deterministic=False)
-                    obs, _, term, trunc, info = eval_env.step(int(action))
-                    if term or trunc:
-                        results.append(info["episode_stats"])
-                        break
-            return results
-
         def save(timesteps: int) -> None:
-            frames = frames_of(timesteps)
+            frames = timesteps * hold
             _checkpoint(model, out / "checkpoint", frames)
             export_policy(model.policy, out / "policy", {**exported, "trained_frames": frames})
 
-        venv.env_method("set_training_step", frames_of(model.num_timesteps))  # learn() resets the games first
+        venv.env_method("set_training_step", model.num_timesteps * hold)  # learn() resets the games first
         remaining = max(0, cfg.steps // hold - model.num_timesteps)
-        report(frames_of(model.num_timesteps), cfg.steps)
+        report(model.num_timesteps * hold, cfg.steps)
         if remaining:
-            model.learn(remaining, callback=Recorder(), reset_num_timesteps=False, tb_log_name="ppo")
-        report(frames_of(model.num_timesteps), cfg.steps)  # `bench agent` times learn() up to here
+            model.learn(remaining, callback=_training_hooks(model, cfg, report, save, evaluator),
+                        reset_num_timesteps=False, tb_log_name="ppo")
+        report(model.num_timesteps * hold, cfg.steps)  # `bench agent` times learn() up to here
         if remaining:
             save(model.num_timesteps)
-        if eval_env is not None:
-            eval_env.close()
         return model
     finally:
+        evaluator.close()
         venv.close()
+
+
+def _prepare_run(out: Path, cfg: AgentConfig) -> dict:
+    """Check the env, the run's settings and any checkpoint, create the store; -> the policy's export
+    config. Nothing is written before the env id is known to work."""
+    from ..data.store import Store, spec_of
+    from ..train.run import RunFolder
+
+    probe = DoomAgentEnv(cfg.env, 0, None)
+    try:
+        exported = export_config(cfg, probe)
+        if (out / "checkpoint" / "ppo.zip").exists():
+            check_checkpoint(out / "checkpoint", exported["actions"])
+        RunFolder(out, cfg.to_json()).open()
+        Store.create_or_open(out / "store", spec_of(probe.game, images=()))  # once here, before the workers race
+    finally:
+        probe.close()
+    return exported
+
+
+def _load_or_create_model(out: Path, cfg: AgentConfig, venv):
+    from stable_baselines3 import PPO
+
+    from .policy import policy_kwargs
+
+    ckpt = out / "checkpoint" / "ppo.zip"
+    if not ckpt.exists():
+        return PPO("MultiInputPolicy", venv, learning_rate=cfg.learning_rate, n_steps=cfg.n_steps,
+                   batch_size=cfg.batch_size, n_epochs=cfg.n_epochs, gamma=cfg.gamma, ent_coef=cfg.ent_coef,
+                   policy_kwargs=policy_kwargs(cfg.features_per_image, cfg.head_width, cfg.bf16),
+                   tensorboard_log=str(out / "tb"), device=cfg.device, seed=cfg.env.seed, verbose=0)
+    try:
+        return PPO.load(ckpt, env=venv, device=cfg.device, tensorboard_log=str(out / "tb"))
+    except (ValueError, KeyError, OSError, RuntimeError, zipfile.BadZipFile) as e:
+        raise UserError(f"checkpoint {ckpt} does not load ({type(e).__name__}: {str(e)[:100]})",
+                        f"delete {ckpt.parent} to restart the PPO run, or use another --out") from None
+
+
+class _Evaluator:
+    """The recorded evaluation episodes: a game of its own, opened at the first evaluation."""
+
+    def __init__(self, cfg: AgentConfig, store: Path):
+        self.cfg, self.store, self.env = cfg, store, None
+
+    def run(self, model, frames: int) -> list[dict]:
+        if self.env is None:
+            self.env = DoomAgentEnv(self.cfg.env, 0, str(self.store) if self.cfg.record else None, "eval")
+        self.env.training_step = frames
+        results = []
+        for _ in range(self.cfg.eval_episodes):
+            obs, _ = self.env.reset()
+            while True:
+                action, _ = model.predict(obs, deterministic=False)
+                obs, _, term, trunc, info = self.env.step(int(action))
+                if term or trunc:
+                    results.append(info["episode_stats"])
+                    break
+        return results
+
+    def close(self) -> None:
+        if self.env is not None:
+            self.env.close()
+
+
+def _training_hooks(model, cfg: AgentConfig, report, save, evaluator: _Evaluator):
+    """The SB3 callback of a run: checkpoints, tells the games the training step, logs episode
+    stats, evaluates. (SB3 is imported only when an agent trains.)"""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    hold = cfg.env.hold
+
+    class TrainingHooks(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.rollouts = 0
+            self.next_eval = (model.num_timesteps * hold // cfg.eval_every + 1) * cfg.eval_every
+
+        def _on_rollout_start(self) -> None:
+            # SB3 updates the policy between two rollouts: checkpoint the updated one
+            # (self.num_timesteps lags until the first step; the model's count is current)
+            if self.rollouts and self.rollouts % cfg.checkpoint_every == 0:
+                save(model.num_timesteps)
+            self.training_env.env_method("set_training_step", model.num_timesteps * hold)
+
+        def _on_step(self) -> bool:
+            for info in self.locals["infos"]:
+                stats = info.get("episode_stats")
+                if stats:
+                    for k in ("shaped_return", "kills", "coverage"):
+                        self.logger.record_mean(f"episode/{k}", stats[k])
+            if self.num_timesteps % (cfg.n_envs * 16) == 0:
+                report(self.num_timesteps * hold, cfg.steps)
+            return True
+
+        def _on_rollout_end(self) -> None:
+            self.rollouts += 1
+            frames = self.num_timesteps * hold
+            if frames >= self.next_eval:
+                self.next_eval += cfg.eval_every
+                for stats in evaluator.run(model, frames):
+                    for k in ("shaped_return", "kills", "coverage"):
+                        self.logger.record_mean(f"eval/{k}", stats[k])
+
+    return TrainingHooks()
 
 
 def replace(cfg: AgentConfig, **changes) -> AgentConfig:

@@ -130,7 +130,8 @@ def bench_play_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ):
     """End-to-end play FPS and input-to-frame latency through the real server on loopback, for the
-    fast path (ONNX Runtime) and the eager fp32 reference of the same model."""
+    fast path (ONNX Runtime) and the eager fp32 reference of the same model; start to first frame,
+    cold and warm."""
     from ..bench import bench_play
 
     with progress_bar("frames", 2 * frames) as advance:
@@ -140,6 +141,9 @@ def bench_play_cmd(
         return
     typer.echo(f"{res['model']}, {res['ddim_steps']} DDIM steps, CFG weight {res['guidance']}; {res['machine']}, "
                f"{res['threads']} threads")
+    st = res["start_s"]
+    typer.echo(f"  start to first frame (fast path): cold {st['cold']:.1f} s (graph {st['cold_graph']}), "
+               f"warm {st['warm']:.1f} s (graph from the {st['warm_graph']})")
     for runtime, name in (("onnx", "fast path (ONNX Runtime)"), ("torch", "reference (eager PyTorch fp32)")):
         r, lat = res[runtime], res[runtime]["latency_ms"]
         typer.echo(f"  {name}: {r['fps']:.1f} FPS end to end, latency p50 {lat['p50']:.0f} ms, p95 {lat['p95']:.0f} ms; "

@@ -93,7 +93,46 @@ RUNTIME_HELP = "onnx: the fast path (ONNX Runtime, the default); torch: the eage
 ENV_HELP = "Game: vizdoom:freedoom1/E1M1, vizdoom:scenario/basic, atari:Breakout, gym:<id> or toy:cursor."
 
 
-BUNDLED_MODEL = Path(__file__).resolve().parents[3] / "models" / "freedoom-e1m1"
+MODEL_ENV = "GAMENGEN_MODEL"
+BUNDLED_MODEL_DIR = Path("models") / "freedoom-e1m1"
+
+
+def bundled_model_candidates() -> list[Path]:
+    """Where a checkout keeps the bundled model: models/freedoom-e1m1 in the current directory, then
+    next to the source tree (src/gamengen/cli/ -> the checkout; only an editable install has one)."""
+    here = Path(__file__).resolve().parents
+    return [Path.cwd() / BUNDLED_MODEL_DIR] + ([here[3] / BUNDLED_MODEL_DIR] if len(here) > 3 else [])
+
+
+def find_bundled_model() -> Path:
+    """The model `play` and `bench` use without --model: $GAMENGEN_MODEL if set, else the bundled
+    model of a checkout. Raises UserError (one line, exit 2) when there is none."""
+    if os.environ.get(MODEL_ENV):
+        path = Path(os.environ[MODEL_ENV]).expanduser()
+        if not path.is_dir():
+            raise UserError(f"{MODEL_ENV}={path} is not a folder", f"point {MODEL_ENV} at a model folder, or pass --model DIR")
+        return path
+    for path in bundled_model_candidates():
+        if path.is_dir():
+            return path
+    raise UserError(f"no model given, and no bundled model here ({BUNDLED_MODEL_DIR} is not in {Path.cwd()})",
+                    f"pass --model DIR, set {MODEL_ENV}=DIR, or run from a gamengen checkout")
+
+
+class _BundledModel:
+    """`--model`'s default: click calls a callable default only when the option is not given, so
+    the bundled model is looked for then, and not finding it fails that command alone."""
+
+    def __call__(self) -> Path:
+        return find_bundled_model()
+
+    def __str__(self) -> str:  # how --help shows the default
+        return f"${MODEL_ENV}, else ./{BUNDLED_MODEL_DIR.as_posix()}"
+
+    __repr__ = __str__
+
+
+BUNDLED_MODEL = _BundledModel()
 
 
 def run_server(player, config, open_browser: bool) -> None:

@@ -57,10 +57,10 @@ def eval_cmd(
     cfg = EvalConfig(steps, TeacherForcedConfig(samples, seed),
                      RolloutConfig(episodes, ar_steps, long_steps, action_contexts, seed), str(i3d) if i3d else None,
                      runtime)
-    from ..engine.world import read_meta
+    from ..models.world_model import WorldModel
 
-    meta = read_meta(model)
-    with progress_bar("world-model steps", work(cfg, len(meta["actions"]))) as advance:
+    meta, _ = WorldModel.read_meta(model)
+    with progress_bar("world-model steps", work(cfg, len(meta.actions))) as advance:
         res = evaluate(model, data, cfg, report=advance)
     write_report(res, out, "gamengen " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     tf = res["teacher_forced"]

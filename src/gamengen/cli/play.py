@@ -47,9 +47,13 @@ def starts(
     seed: int = typer.Option(0),
 ):
     """Save real start contexts into a model folder, for `gamengen play` to reset to."""
+    from ..eval.heldout import heldout_episodes
+    from ..models.world_model import WorldModel
     from ..play.starts import make_starts
 
-    made = make_starts(data, model, n, seed)
+    meta, _ = WorldModel.read_meta(model)
+    store, heldout = heldout_episodes(meta, data, min_length=meta.context + 1)
+    made = make_starts(model, store, heldout, n, seed)
     for s in made:
         typer.echo(f"start: {s.episode} up to frame {len(s.prefix)} ({len(s.frames)} context frames)")
     typer.echo(f"{model}: {len(made)} start contexts")

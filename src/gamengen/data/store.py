@@ -1,4 +1,4 @@
-"""The trajectory store: the contract between recording and training (DESIGN.md §3.2, docs/dataset.md).
+"""The trajectory store: the contract between recording and training (docs/dataset.md).
 
 Layout::
 
@@ -35,7 +35,7 @@ from ..errors import UserError
 
 FORMAT = "gamengen-trajectory-store"
 FORMAT_VERSION = 1
-FRAME_CHUNK = 32  # frames per chunk (DESIGN §3.2): a training window touches few chunks
+FRAME_CHUNK = 32  # frames per chunk (docs/dataset.md): a training window touches few chunks
 TABLE_CHUNK = 4096  # steps per chunk for the small per-step arrays
 TMP_PREFIX = ".tmp-"
 
@@ -384,3 +384,12 @@ class EpisodeWriter:
         append_line_durable(self.shard.manifest, json.dumps(asdict(rec)))
         self.shard.records.append(rec)
         return rec
+
+
+def spec_of(env, compression_level: int = 1, images: tuple[str, ...] | None = None) -> StoreSpec:
+    """The store spec of a game's data (``env``: an envs.base.GameEnv); ``images`` narrows which
+    extra pictures are stored."""
+    c = env.config
+    images = tuple(env.image_names) if images is None else images
+    return StoreSpec(env.env_id, c.height, c.width, env.action_set, c.frame_skip, env.fps,
+                     tuple(env.variable_names), images, compression_level)

@@ -1,1 +1,1 @@
-"""Diffusion around the network: the denoiser wrapper (conditioning, loss) and samplers (DESIGN §5)."""
+"""Diffusion around the network: the denoiser wrapper (conditioning, loss) and samplers (docs/world_model.md)."""

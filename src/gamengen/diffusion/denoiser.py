@@ -11,10 +11,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
-from diffusers import DDIMScheduler, DDPMScheduler
+from diffusers import DDPMScheduler
+
+from .sampling import DDIMSchedule, SigmaSchedule, VModel, scaled_linear_alphas, solve, solver_schedule
 
 
 @dataclass
@@ -22,17 +23,14 @@ class DenoiserConfig:
     max_noise_level: float = 0.7  # paper §4.2
     noise_buckets: int = 10  # paper §4.2
     context_dropout: float = 0.1  # paper §4.2
-    guidance: float = 1.5  # CFG weight on the history at sampling (paper §3.3)
-    inference_noise_level: float = 0.0  # context noise level told to the model at play time
     num_train_timesteps: int = 1000
 
 
 def scheduler_config(cfg: DenoiserConfig) -> dict:
-    # SD-v1's schedule; "trailing" spacing makes a 4-step DDIM start from pure noise (t = 999)
-    # instead of t = 751, which few-step v-prediction sampling needs (Lin et al. 2023, §3.3).
+    """SD-v1's training schedule (paper §4.2) for diffusers' DDPMScheduler, which adds the noise and
+    computes the v target in training; sampling reads the same betas (diffusion/sampling.py)."""
     return {"num_train_timesteps": cfg.num_train_timesteps, "beta_start": 0.00085, "beta_end": 0.012,
-            "beta_schedule": "scaled_linear", "prediction_type": "v_prediction", "clip_sample": False,
-            "timestep_spacing": "trailing"}
+            "beta_schedule": "scaled_linear", "prediction_type": "v_prediction", "clip_sample": False}
 
 
 def bucket_of(level: torch.Tensor, cfg: DenoiserConfig) -> torch.Tensor:
@@ -46,7 +44,7 @@ def bucket_of(level: torch.Tensor, cfg: DenoiserConfig) -> torch.Tensor:
 @dataclass
 class TrainingNoise:
     """Every random draw of one training batch, made by the caller from per-sample generators so that
-    a resumed or multi-process run sees exactly the same draws (DESIGN §10)."""
+    a resumed or multi-process run sees exactly the same draws (docs/architecture.md)."""
 
     timesteps: torch.Tensor  # (B,) int in [0, T)
     noise: torch.Tensor  # (B, C, h, w) for the target
@@ -82,6 +80,7 @@ class Denoiser:
     def __init__(self, net: torch.nn.Module, cfg: DenoiserConfig):
         self.net, self.cfg = net, cfg
         self.train_schedule = DDPMScheduler(**scheduler_config(cfg))
+        self.alphas_cumprod = scaled_linear_alphas(cfg.num_train_timesteps)  # the same schedule, as data
 
     def loss(self, target: torch.Tensor, context: torch.Tensor, actions: torch.Tensor, draws: TrainingNoise,
              net: torch.nn.Module | None = None) -> torch.Tensor:
@@ -100,11 +99,13 @@ class Denoiser:
         v_pred = net(noisy, t, context, actions, bucket_of(level, self.cfg))
         return torch.nn.functional.mse_loss(v_pred.float(), v_target.float())
 
-    def guided(self, context: torch.Tensor, actions: torch.Tensor, guidance: float | None = None,
-               noise_level: float | None = None) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-        """The sampler's ``denoise(x, t) -> v_pred`` for one context, with CFG on the history only.
+    def guided(self, context: torch.Tensor, actions: torch.Tensor, guidance: float,
+               noise_level: float) -> VModel:
+        """The sampler's ``model(x, t) -> v_pred`` for one context, with CFG weight ``guidance`` on
+        the history only, telling the network the context noise level ``noise_level`` (the sampler
+        settings are the model's: models/world_model.SamplerConfig).
 
-        Both branches run as one batch of 2B (DESIGN §9: fewer, larger matmuls)."""
+        Both branches run as one batch of 2B (docs/performance.md: fewer, larger matmuls)."""
         B = context.shape[0]
         w, bucket = self.sampling_conditions(B, guidance, noise_level)
         bucket = bucket.to(context.device)
@@ -113,21 +114,25 @@ class Denoiser:
         ctx2 = torch.cat([context, torch.zeros_like(context)])
         act2, bucket2 = torch.cat([actions, actions]), torch.cat([bucket, bucket])
 
-        def denoise(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        def v_pred(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
             return cfg_combine(*self.net(torch.cat([x, x]), t.expand(2 * B), ctx2, act2, bucket2).chunk(2), w)
 
-        return denoise
+        return v_pred
 
-    def sampling_conditions(self, batch: int, guidance: float | None = None,
-                            noise_level: float | None = None) -> tuple[float, torch.Tensor]:
-        """The CFG weight and the context-noise buckets (batch,) that sampling tells the network,
-        the model's own unless overridden."""
-        w = self.cfg.guidance if guidance is None else guidance
-        level = self.cfg.inference_noise_level if noise_level is None else noise_level
-        return float(w), bucket_of(torch.full((batch,), float(level)), self.cfg)
+    def sampling_conditions(self, batch: int, guidance: float, noise_level: float) -> tuple[float, torch.Tensor]:
+        """The CFG weight and the context-noise buckets (batch,) that sampling tells the network."""
+        return float(guidance), bucket_of(torch.full((batch,), float(noise_level)), self.cfg)
 
-    def sampling_schedule(self) -> DDIMScheduler:
-        return DDIMScheduler(**scheduler_config(self.cfg), set_alpha_to_one=False)
+    def schedule(self, solver: str, steps: int) -> DDIMSchedule | SigmaSchedule:
+        """The named solver's schedule over this model's training schedule (diffusion/sampling.py)."""
+        return solver_schedule(solver, steps, self.alphas_cumprod)
+
+    @torch.no_grad()
+    def sample(self, context: torch.Tensor, actions: torch.Tensor, noise: torch.Tensor, sampler) -> torch.Tensor:
+        """The next latents (B, C, h, w) for contexts (B, N, C, h, w) and actions (B, N), from ``noise``,
+        with ``sampler``'s solver, steps, guidance and context noise level (a SamplerConfig)."""
+        model = self.guided(context, actions, sampler.guidance, sampler.context_noise_level)
+        return solve(model, noise, self.schedule(sampler.solver, sampler.steps), self.alphas_cumprod)
 
 
 def cfg_combine(cond: torch.Tensor, uncond: torch.Tensor, w) -> torch.Tensor:

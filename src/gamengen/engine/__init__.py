@@ -1,1 +1,1 @@
-"""The engine: the learned game as a stepping world and as a gymnasium env (DESIGN §6)."""
+"""The engine: the learned game as a stepping world and as a gymnasium env (docs/player.md)."""

@@ -15,7 +15,6 @@ meets a stale graph. A sidecar holds the graph's sha256: a damaged file is detec
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import importlib.util
 import io
@@ -37,24 +36,23 @@ class FrameGraph(torch.nn.Module):
     the guided U-Net with the schedule's coefficients as constants, and the decode. One graph means
     one call per frame: no Python between the steps, and one thread pool for all of it."""
 
-    def __init__(self, net: torch.nn.Module, codec, schedule, steps: int, guided: bool = True):
+    def __init__(self, net: torch.nn.Module, codec, schedule, alphas_cumprod: tuple[float, ...], guided: bool = True):
+        """``schedule``: the solver's (diffusion/sampling.py), over the training schedule ``alphas_cumprod``."""
         from ..diffusion.denoiser import ContextShares, GuidedStep
-        from ..diffusion.sampling import ddim_timesteps
 
         super().__init__()
         self.shares, self.step, self.ae = ContextShares(net), GuidedStep(net, guided), codec.ae
-        self.scale, self.schedule = codec.scale, schedule
-        self.timesteps = ddim_timesteps(schedule, steps)
+        self.scale, self.schedule, self.alphas_cumprod = codec.scale, schedule, alphas_cumprod
 
     def forward(self, context: torch.Tensor, actions: torch.Tensor, bucket: torch.Tensor, guidance: torch.Tensor,
                 noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """context (1, N, C, h, w), actions (1, N), bucket (1,), guidance (), noise (1, C, h, w) ->
         the next latent (1, C, h, w) and its decoded pixels (1, 3, H', W') in [-1, 1]."""
-        from ..diffusion.sampling import ddim_loop
+        from ..diffusion.sampling import solve
 
         shares = self.shares(context)
-        z = ddim_loop(lambda x, t: self.step(x, t, shares, actions, bucket, guidance), noise, self.timesteps,
-                      self.schedule)
+        z = solve(lambda x, t: self.step(x, t, shares, actions, bucket, guidance), noise, self.schedule,
+                  self.alphas_cumprod)
         return z, self.ae.decode(z / self.scale).sample
 
 
@@ -99,8 +97,8 @@ def graph_key(graph: FrameGraph, example: tuple) -> str:
     for name, t in sorted(graph.state_dict().items()):  # the U-Net's and the AE's weights
         h.update(name.encode())
         h.update(t.detach().cpu().contiguous().numpy().tobytes())
-    settings = {"scale": graph.scale, "timesteps": graph.timesteps, "guided": graph.step.guided,
-                "schedule": dict(graph.schedule.config), "shapes": [list(x.shape) for x in example], "opset": OPSET,
+    settings = {"scale": graph.scale, "guided": graph.step.guided, "schedule": repr(graph.schedule),
+                "alphas": repr(graph.alphas_cumprod), "shapes": [list(x.shape) for x in example], "opset": OPSET,
                 "versions": [torch.__version__, diffusers.__version__, onnx.__version__, onnxruntime.__version__]}
     h.update(json.dumps(settings, sort_keys=True, default=str).encode())
     for source in (__file__, denoiser.__file__, sampling.__file__, unet.__file__):  # the code that builds it
@@ -149,12 +147,12 @@ def session(model: bytes, threads: int):
 class OnnxPath:
     """A model's frame graph in ONNX Runtime. Sessions are thread-safe, so players share one."""
 
-    def __init__(self, net: torch.nn.Module, codec, schedule, context: int, steps: int, guided: bool = True,
-                 threads: int | None = None):
+    def __init__(self, net: torch.nn.Module, codec, schedule, alphas_cumprod: tuple[float, ...], context: int,
+                 guided: bool = True, threads: int | None = None):
         C, h, w = codec.latent_shape()
         example = (torch.zeros(1, context, C, h, w), torch.zeros(1, context, dtype=torch.long),
                    torch.zeros(1, dtype=torch.long), torch.tensor(1.5), torch.zeros(1, C, h, w))
-        graph = FrameGraph(net, codec, copy.deepcopy(schedule), steps, guided)
+        graph = FrameGraph(net, codec, schedule, alphas_cumprod, guided)
         model, self.source = cached_graph(graph, example)  # source: "cache" or "exported"
         self.graph = session(model, threads or torch.get_num_threads())
         self.codec = codec

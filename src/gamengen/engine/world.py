@@ -1,17 +1,16 @@
-"""`NeuralWorld`: play a trained world model one frame at a time (DESIGN §6, paper §3.3).
+"""`NeuralWorld`: play a trained world model one frame at a time (docs/player.md, paper §3.3).
 
 It keeps a ring of the last N context latents and the actions taken after them. ``step(action)``
 samples the next latent with DDIM (4 steps, CFG on the history), decodes it, and pushes it into
 the ring: autoregression happens in latent space only, as in the paper.
 
-Time indexing is the training windows' (DESIGN §3.1): to make frame n the model sees latents of
+Time indexing is the training windows' (docs/dataset.md): to make frame n the model sees latents of
 frames n-N..n-1 and actions n-N..n-1, where action n-1 is the one just pressed.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,54 +24,39 @@ from ..errors import UserError
 
 @dataclass
 class EngineConfig:
-    steps: int | None = None  # DDIM steps; None = the model's: 4 (paper §3.3: as good as 20+), 1 if distilled
-    guidance: float | None = None  # CFG weight on the history; None = the model's (1.5)
-    noise_level: float | None = None  # context noise level told to the model; None = the model's
+    """Overrides of the model's own sampler settings (models/world_model.SamplerConfig), for
+    experiments; None keeps the model's."""
+
+    solver: str | None = None  # "ddim" or "euler" (diffusion/sampling.py; the model's: ddim)
+    steps: int | None = None  # sampling steps (the model's: 4, paper §3.3; 1 if distilled)
+    guidance: float | None = None  # CFG weight on the history (the model's: 1.5; 1 if distilled)
+    noise_level: float | None = None  # context noise level told to the model (the model's: 0)
     # "onnx": the U-Net step and the decoder run as ONNX Runtime graphs (engine/fast.py), the play
     # default; "torch": eager PyTorch fp32, the reference path the fast one is measured against.
     runtime: str = "onnx"
 
 
-def read_meta(model_dir: str | Path) -> dict:
-    """A world model folder's gamengen_wm.json (game, actions, sampling settings)."""
-    from ..train.world_model import WM_META
-
-    path = Path(model_dir) / WM_META
-    if not path.is_file():
-        raise UserError(f"no world model in {model_dir} ({WM_META} missing)",
-                        "pass the model/ folder that `gamengen train` writes")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        raise UserError(f"{path} is not valid JSON", "re-export the model with `gamengen train`") from None
-
-
-def sampling_steps(meta: dict, steps: int | None = None) -> int:
-    """DDIM steps per frame: those asked for, else the model's (4, paper §3.3; 1 for a distilled one)."""
-    return int(steps or meta.get("sampling_steps", 4))
+def _given(override, own):
+    return own if override is None else override
 
 
 class NeuralWorld:
     def __init__(self, model_dir: str | Path, config: EngineConfig | None = None):
-        from ..diffusion.denoiser import Denoiser, DenoiserConfig
-        from ..models.autoencoder import FrameCodec
-        from ..models.unet import ActionConditionedUNet
+        from ..diffusion.denoiser import Denoiser
+        from ..models.world_model import WorldModel
 
-        model_dir = Path(model_dir)
-        self.meta = read_meta(model_dir)
-        self.config = config or EngineConfig()
-        self.codec = FrameCodec.load(model_dir / "ae")
-        try:
-            net = ActionConditionedUNet.from_pretrained(model_dir, use_safetensors=True).eval()
-        except (OSError, ValueError, RuntimeError) as e:
-            raise UserError(f"the world model in {model_dir} does not load ({str(e)[:120]})",
-                            "re-export it with `gamengen train`") from None
-        self.denoiser = Denoiser(net, DenoiserConfig(**self.meta["denoiser"]))
-        self.schedule = self.denoiser.sampling_schedule()
-        self.context = int(self.meta["context"])
-        self.steps = sampling_steps(self.meta, self.config.steps)
-        self.fast = self._fast_path(net)
-        self.actions = list(self.meta["actions"])
+        model = WorldModel.from_pretrained(model_dir)
+        self.meta, self.sampler, self.starts, self.codec = model.meta, model.sampler, model.starts, model.codec
+        self.config = c = config or EngineConfig()
+        self.denoiser = Denoiser(model.net, model.meta.denoiser)
+        self.context = model.meta.context
+        self.solver = c.solver or model.sampler.solver
+        self.steps = int(c.steps or model.sampler.steps)
+        self.schedule = self.denoiser.schedule(self.solver, self.steps)
+        self.guidance = float(_given(c.guidance, model.sampler.guidance))
+        self.noise_level = float(_given(c.noise_level, model.sampler.context_noise_level))
+        self.fast = self._fast_path(model.net)
+        self.actions = model.meta.actions
         self.n_actions = len(self.actions)
         self.generator = torch.Generator().manual_seed(0)
         self.latents = None  # (N, C, h, w): frames n-N..n-1
@@ -89,8 +73,8 @@ class NeuralWorld:
             raise UserError(f"unknown runtime '{runtime}'", "use onnx (fast, the default) or torch (the reference)")
         if not fast.available():
             raise UserError("onnx or onnxruntime is not installed", "pip install onnx onnxruntime, or pass --runtime torch")
-        guidance, _ = self.denoiser.sampling_conditions(1, self.config.guidance)
-        return fast.OnnxPath(net, self.codec, self.schedule, self.context, self.steps, guided=guidance != 1.0)
+        return fast.OnnxPath(net, self.codec, self.schedule, self.denoiser.alphas_cumprod, self.context,
+                             guided=self.guidance != 1.0)
 
     def session(self) -> "NeuralWorld":
         """Another player's world over the same networks (shared, read-only): only the ring, the
@@ -132,23 +116,22 @@ class NeuralWorld:
     @torch.no_grad()
     def step(self, action: int) -> np.ndarray:
         """Press ``action`` after the current frame; returns the next frame (H, W, 3) uint8."""
-        from ..diffusion.sampling import sample_ddim
+        from ..diffusion.sampling import solve
 
         if self.latents is None:
             raise RuntimeError("call reset() first")
         if not 0 <= int(action) < self.n_actions:
             raise ValueError(f"action {action} is not in 0..{self.n_actions - 1}")
         acts = torch.cat([self.past_actions, torch.tensor([int(action)])])  # (N,)
-        c = self.config
         noise = torch.randn((1, *self.latents.shape[1:]), generator=self.generator)
         t0 = time.perf_counter()
         if self.fast is not None:
-            w, bucket = self.denoiser.sampling_conditions(1, c.guidance, c.noise_level)
+            w, bucket = self.denoiser.sampling_conditions(1, self.guidance, self.noise_level)
             z, frames = self.fast.frame(self.latents[None], acts[None], bucket, w, noise)
             self.timings = {"frame graph": (time.perf_counter() - t0) * 1e3}
         else:
-            denoise = self.denoiser.guided(self.latents[None], acts[None], c.guidance, c.noise_level)
-            z = sample_ddim(denoise, noise, steps=self.steps, schedule=self.schedule)  # (1, C, h, w)
+            v_model = self.denoiser.guided(self.latents[None], acts[None], self.guidance, self.noise_level)
+            z = solve(v_model, noise, self.schedule, self.denoiser.alphas_cumprod)  # (1, C, h, w)
             t1 = time.perf_counter()
             frames = self.codec.decode(z)
             self.timings = {"denoise": (t1 - t0) * 1e3, "decode": (time.perf_counter() - t1) * 1e3}

@@ -1,1 +1,1 @@
-"""Evaluation of world models (paper §5, DESIGN §7)."""
+"""Evaluation of world models (paper §5, docs/evaluation.md)."""

@@ -49,7 +49,7 @@ def make_pairs(model_dir, data, out, cfg: ABConfig, report=lambda n: None) -> di
     if (out / KEY).exists():
         return json.loads((out / KEY).read_text())
     world = NeuralWorld(model_dir, EngineConfig(steps=cfg.ddim_steps))
-    fps = float(world.meta.get("fps", 35))
+    fps = world.meta.fps
     lengths = [max(2, round(s * fps)) for s in (cfg.short_s, cfg.long_s)]
     store, held = heldout_episodes(world.meta, data, min_length=max(lengths) + 2)
     rng = np.random.default_rng(cfg.seed)

@@ -149,7 +149,7 @@ def data_policy(data: dict[str, str], ae, out: Path, cfg: AblationConfig, report
               for name, path in data.items()}
     worlds = {name: _world(m) for name, m in models.items()}
     any_world = next(iter(worlds.values()))
-    K = horizon_steps(cfg, any_world.meta.get("fps", 35))
+    K = horizon_steps(cfg, any_world.meta.fps)
     # the same test examples for both models: (store, record, start t0), drawn once
     rng = np.random.default_rng(cfg.seed)
     examples = []

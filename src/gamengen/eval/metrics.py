@@ -1,4 +1,4 @@
-"""Frame metrics shared by every evaluation (DESIGN §7): PSNR, SSIM, LPIPS and the Fréchet distance.
+"""Frame metrics shared by every evaluation (docs/evaluation.md): PSNR, SSIM, LPIPS and the Fréchet distance.
 
 PSNR and SSIM come from torchmetrics. LPIPS is torchmetrics' too, but its AlexNet backbone needs
 torchvision and ImageNet weights that we never download at run time: when either is missing,

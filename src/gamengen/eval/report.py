@@ -48,9 +48,9 @@ def evaluate(model_dir, data, cfg: EvalConfig, report=lambda n: None) -> dict:
     store, held = heldout_episodes(world.meta, data)
     lpips, lpips_why = perceptual()
     t0 = time.time()
-    res = {"model": str(model_dir), "data": str(data), "config": asdict(cfg), "env_id": world.meta["env_id"],
+    res = {"model": str(model_dir), "data": str(data), "config": asdict(cfg), "env_id": world.meta.env_id,
            "context": world.context, "ddim_steps": world.steps,
-           "guidance": world.denoiser.cfg.guidance, "train_steps": world.meta.get("train_steps"),
+           "guidance": world.guidance, "train_steps": world.meta.train_steps,
            "lpips": lpips_why or "AlexNet LPIPS (torchmetrics)"}
     res["teacher_forced"] = teacher_forced(world, store, held, cfg.teacher_forced, lpips, report)
     if cfg.rollout.steps:

@@ -1,4 +1,4 @@
-"""Evaluations that let the model run on its own predictions (paper §5.1, Fig. 6 and 7; DESIGN §7).
+"""Evaluations that let the model run on its own predictions (paper §5.1, Fig. 6 and 7; docs/evaluation.md).
 
 - ``autoregressive``: from a real held-out context, replay the episode's real actions for K steps,
   conditioning on the model's own frames, and compare step k with the real frame k. Per-frame

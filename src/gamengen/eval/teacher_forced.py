@@ -1,11 +1,11 @@
-"""Teacher-forced quality (paper §5.1, DESIGN §7): predict one frame from the true history of a
+"""Teacher-forced quality (paper §5.1, docs/evaluation.md): predict one frame from the true history of a
 held-out episode and compare it with the real next frame.
 
 Each sample goes through the same NeuralWorld the player uses (reset on the real context, one
 step with the real action), so what is measured is what is played. Beside the model, on the same
 frames: copy-last-frame, and the autoencoder's reconstruction of the truth (the ceiling for any
 latent model). PSNR is quoted over all frames and over *moving* frames (copy-last below 30 dB),
-because static frames make copy-last look strong (DESIGN §7).
+because static frames make copy-last look strong (docs/evaluation.md).
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""Networks: the latent autoencoder and the action-conditioned U-Net (DESIGN §5)."""
+"""Networks: the latent autoencoder and the action-conditioned U-Net (docs/world_model.md)."""

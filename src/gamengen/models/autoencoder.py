@@ -1,4 +1,4 @@
-"""The latent autoencoder (paper §3.2.2, DESIGN §5): frames <-> latents.
+"""The latent autoencoder (paper §3.2.2, docs/world_model.md): frames <-> latents.
 
 At CPU scale it is a small `diffusers` AutoencoderKL trained from scratch on the store; at paper
 scale, SD-v1.4's VAE from a local diffusers folder. Either way `FrameCodec` hides the padding (the
@@ -25,7 +25,7 @@ AE_META = "gamengen_ae.json"  # beside diffusers' config.json: frame size, paddi
 class AEConfig:
     """A small AutoencoderKL: 8x8 pixels -> `latent_channels` numbers, like SD's VAE but far cheaper.
 
-    Play pays the decode every frame (DESIGN §9), and at 160x120 the full-resolution stages dominate
+    Play pays the decode every frame (docs/performance.md), and at 160x120 the full-resolution stages dominate
     it, so they are narrow (8 and 16 channels). Eight latent channels instead of SD's four carry the
     detail those narrow stages cannot invent (the HUD digits); the U-Net's only extra cost is a wider
     first convolution. Measured in docs/performance.md."""

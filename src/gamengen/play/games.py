@@ -7,12 +7,14 @@ know which kind they drive.
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from ..envs import EnvConfig, make_env
-from .starts import Start
+
+if TYPE_CHECKING:  # the model folder's module loads torch, which the real game alone does not need
+    from ..models.world_model import Start
 
 
 class PlayableGame(Protocol):

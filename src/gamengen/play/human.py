@@ -8,9 +8,9 @@ An episode cut by a reset or a closed page is kept, marked truncated, like the r
 
 from __future__ import annotations
 
-from ..data.store import ShardWriter, Store
+from ..data.store import ShardWriter, Store, spec_of
 from ..envs import EnvConfig, make_env
-from ..record.recorder import episode_seeds, spec_of
+from ..record.recorder import episode_seeds
 
 HUMAN_SHARD = "human"
 

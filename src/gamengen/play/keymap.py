@@ -6,7 +6,7 @@ elements while a modifier is down (DOOM's Alt turns turning into strafing).
 
 Each frame the held keys become a set of elements, and that set becomes the one discrete action of
 the model's action set that presses the most of them and nothing else: the model was trained on
-those actions only (DESIGN §3), so an unknown chord falls back to its closest trained action.
+those actions only, so an unknown chord falls back to its closest trained action.
 """
 
 from __future__ import annotations

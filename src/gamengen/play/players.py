@@ -19,24 +19,23 @@ def _keymap(env_id: str, keymap: Path | None) -> Keymap:
 
 def neural_player(model_dir: Path, ghost: bool = False, keymap: Path | None = None, engine=None) -> Player:
     from ..engine.world import NeuralWorld
-    from .starts import load_starts
+    from ..models.world_model import WorldModel
 
     world = NeuralWorld(model_dir, engine)
-    starts = load_starts(model_dir)
+    starts = world.starts or WorldModel.load_starts(model_dir)  # none: load_starts says how to make them
     meta = world.meta
-    action_set = ActionSet.from_json(meta["action_set"]) if "action_set" in meta else ActionSet(tuple(meta["actions"]))
+    action_set = ActionSet.from_json(meta.action_set)
     if ghost and any(s.env_seed is None for s in starts):
         raise UserError(f"the start contexts in {model_dir} have no env seeds, so the real game cannot replay them",
                         f"remake them with `gamengen starts --model {model_dir} --data STORE`")
-    h, w = meta["height"], meta["width"]
 
     def make_game():
         game = NeuralGame(world, starts)
-        return GhostGame(game, RealGame(meta["env_id"], h, w, starts)) if ghost else game
+        return GhostGame(game, RealGame(meta.env_id, meta.height, meta.width, starts)) if ghost else game
 
-    info = {"model": Path(model_dir).name, "context": meta["context"], "DDIM steps": world.steps}
-    return Player(make_game, ActionResolver(_keymap(meta["env_id"], keymap), action_set), len(starts),
-                  html.escape(f"{meta['env_id']}, learned" + (" (ghost: real game beside it)" if ghost else "")), info)
+    info = {"model": Path(model_dir).name, "context": meta.context, "DDIM steps": world.steps}
+    return Player(make_game, ActionResolver(_keymap(meta.env_id, keymap), action_set), len(starts),
+                  html.escape(f"{meta.env_id}, learned" + (" (ghost: real game beside it)" if ghost else "")), info)
 
 
 def human_player(env_id: str, out: Path, height: int, width: int, seed: int = 0, keymap: Path | None = None):

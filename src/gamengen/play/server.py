@@ -1,4 +1,4 @@
-"""The browser player: FastAPI + WebSocket (DESIGN §6).
+"""The browser player: FastAPI + WebSocket (docs/player.md).
 
 Protocol, one WebSocket per player (``/ws?token=...``):
 

@@ -7,11 +7,9 @@ the last complete episode ended and produces the same data an uninterrupted run 
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import multiprocessing as mp
 import os
-import signal
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -20,9 +18,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..data.store import ShardWriter, Store, StoreSpec
+from ..data.store import ShardWriter, Store, spec_of
 from ..envs import EnvConfig, GameEnv, make_env
 from ..errors import UserError
+from ..processes import die_with_parent
 from .policies import POLICIES, make_policy
 
 
@@ -64,14 +63,6 @@ class RecordConfig:
         """Settings a shard must keep across resumes (the budget may grow: that extends it)."""
         return {"policy": self.policy, "seed": self.seed, "worker": worker, "workers": self.workers,
                 "max_episode_steps": self.max_episode_steps}
-
-
-def spec_of(env: GameEnv, compression_level: int = 1, images: tuple[str, ...] | None = None) -> StoreSpec:
-    """The store spec of ``env``'s data; ``images`` narrows which extra pictures are stored."""
-    c = env.config
-    images = tuple(env.image_names) if images is None else images
-    return StoreSpec(env.env_id, c.height, c.width, env.action_set, c.frame_skip, env.fps,
-                     tuple(env.variable_names), images, compression_level)
 
 
 def episode_seeds(seed: int, worker: int, index: int) -> tuple[int, int]:
@@ -135,16 +126,8 @@ def progress_done(store: Store, cfg: RecordConfig) -> int:
     return done
 
 
-def _die_with_parent() -> None:
-    """Linux: a worker is killed with its parent, so a SIGKILLed recorder leaves no writer behind."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:  # pragma: no cover - non-Linux: the shard lock still guards against two writers
-        pass
-
-
 def _worker_main(root: str, cfg: RecordConfig, worker: int, queue) -> None:
-    _die_with_parent()
+    die_with_parent()
     try:
         timing = record_shard(Path(root), cfg, worker, lambda n: queue.put(("progress", n)))
         queue.put(("done", timing))

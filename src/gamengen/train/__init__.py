@@ -1,1 +1,1 @@
-"""Training loops (accelerate-aware) and their crash-safe checkpoints (DESIGN §5, §10)."""
+"""Training loops (accelerate-aware) and their crash-safe checkpoints (docs/world_model.md, docs/architecture.md)."""

@@ -24,6 +24,7 @@ from ..data.store import Store
 from ..errors import UserError
 from ..models.autoencoder import AE_PRESETS, FrameCodec, build_autoencoder
 from . import checkpoint
+from .run import RunFolder
 
 
 @dataclass
@@ -101,20 +102,17 @@ def train_autoencoder(data: str | Path, out: str | Path, cfg: AETrainConfig,
         return torch.stack([x[i, :, y:y + c, x0:x0 + c] for i, (y, x0) in enumerate(zip(ys, xs))])
 
     ae = codec.ae.train()
-    ckpts = Path(out) / "checkpoints"
-    mine = {k: v for k, v in dataclasses.asdict(cfg).items()
-            if k not in ("checkpoint_every", "keep_checkpoints", "max_minutes")}
+    # The folder is the autoencoder's own (diffusers' config.json goes there), so the run's settings
+    # go to run.json. The step counts are part of the run: they place the stage boundary.
+    run_folder = RunFolder(out, dataclasses.asdict(cfg), keep=cfg.keep_checkpoints, settings_file="run.json",
+                           may_change=("checkpoint_every", "keep_checkpoints", "max_minutes")).open()
     # Steps are counted over both stages: 0..steps-1 is stage 1, then the decoder fine-tune.
     first = 0 if cfg.pretrained else cfg.steps
     total = first + cfg.decoder_steps
-    state = checkpoint.load_latest(ckpts, warn)
+    state = run_folder.resume(warn)
     done = 0
     ran = {"autoencoder": 0, "decoder fine-tune": 0}  # steps each stage ran, for the card
     if state is not None:
-        if state["config"] != mine:
-            changed = sorted(k for k in mine if state["config"].get(k) != mine[k])
-            raise UserError(f"{out} holds an autoencoder run with other settings ({', '.join(changed)})",
-                            "re-run with the original settings to resume, or use another --out")
         ae.load_state_dict(state["model"])
         checkpoint.set_rng_state(state["rng"])
         frames.rng.bit_generator.state, rng.bit_generator.state = state["frames_rng"], state["crop_rng"]
@@ -143,8 +141,8 @@ def train_autoencoder(data: str | Path, out: str | Path, cfg: AETrainConfig,
             if done % cfg.checkpoint_every == 0 or s + 1 == steps or late:
                 state_now = {"step": done, "model": ae.state_dict(), "optimizer": opt.state_dict(),
                              "rng": checkpoint.rng_state(), "frames_rng": frames.rng.bit_generator.state,
-                             "crop_rng": rng.bit_generator.state, "config": mine, "ran": dict(ran)}
-                checkpoint.save(ckpts, done, state_now, keep=cfg.keep_checkpoints)
+                             "crop_rng": rng.bit_generator.state, "ran": dict(ran)}
+                run_folder.save(done, state_now)
             if late:
                 break
 

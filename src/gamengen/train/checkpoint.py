@@ -1,4 +1,4 @@
-"""Crash-safe training checkpoints (DESIGN §10).
+"""Crash-safe training checkpoints (docs/architecture.md).
 
 ``<run>/checkpoints/step-00001000/`` holds ``tensors.safetensors`` (model, EMA, optimizer tensors),
 ``state.json`` (step, RNG states as plain lists, everything else that is not a tensor) and, written
@@ -103,7 +103,7 @@ def load_latest(root: Path, warn: Callable[[str], None]) -> dict | None:
 
 
 def rng_state() -> dict:
-    """torch's global RNG as a plain list (DESIGN §10); the batch draws themselves are keyed by step."""
+    """torch's global RNG as a plain list (docs/architecture.md); the batch draws themselves are keyed by step."""
     return {"torch": torch.get_rng_state().tolist()}
 
 

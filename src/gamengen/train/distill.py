@@ -17,26 +17,24 @@ Run folder::
     <run>/config.json          the resolved DistillConfig (a resumed run must match it)
     <run>/checkpoints/step-N/  crash-safe checkpoints (train/checkpoint.py)
     <run>/losses.json          the loss of every step so far
-    <run>/model/               the student: the teacher's folder with the student's U-Net and meta
+    <run>/model/               the student: the teacher's model folder with the student's U-Net
 """
 
 from __future__ import annotations
 
 import copy
-import json
-import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from ..atomic import write_bytes_atomic, write_json_atomic
 from ..data.latents import LatentCache, LatentWindows, split
 from ..data.store import Store
 from ..errors import UserError
-from . import checkpoint
-from .world_model import RUN_INDEPENDENT, WM_META, Deadline, TrainConfig, batch_of, draws_for, subset
+from ..models.world_model import WorldModel
+from .run import Deadline, RunFolder
+from .world_model import TrainConfig, batch_of, draws_for, subset
 
 
 @dataclass
@@ -58,42 +56,38 @@ def distill(teacher_dir: str | Path, data: str | Path, out: str | Path, cfg: Dis
             warn: Callable[[str], None] = print, latents: str | Path | None = None) -> list[float]:
     """``latents``: a latent-cache root to reuse (e.g. the AE run's ``latents/``); entries are keyed
     by the encoder's weights, so another AE's cache is never read by mistake."""
-    from ..diffusion.denoiser import Denoiser, DenoiserConfig
-    from ..diffusion.sampling import ddim_loop, ddim_timesteps, sample_ddim
-    from ..engine.world import read_meta
-    from ..eval.heldout import check_store_fits
-    from ..models.autoencoder import FrameCodec
-    from ..models.unet import ActionConditionedUNet
+    from ..diffusion.denoiser import Denoiser
+    from ..diffusion.sampling import solve
 
     teacher_dir, data, out = Path(teacher_dir), Path(data), Path(out)
-    meta = read_meta(teacher_dir)
-    if meta.get("sampling_steps", 4) == 1:
+    meta, sampler = WorldModel.read_meta(teacher_dir)
+    if meta.distilled_from is not None:
         raise UserError(f"{teacher_dir} is already a 1-step model", "distill the model it was distilled from")
     store = Store.open(data)
-    check_store_fits(meta, store, data)
+    meta.check_store(store.spec, data)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    codec = FrameCodec.load(teacher_dir / "ae")
+    model = WorldModel.from_pretrained(teacher_dir)
+    codec, teacher = model.codec, model.net.requires_grad_(False)
     codec.ae.to(device)
-    teacher = ActionConditionedUNet.from_pretrained(teacher_dir, use_safetensors=True).eval().requires_grad_(False)
     teacher.to(device)
-    dcfg = DenoiserConfig(**meta["denoiser"])
     # the teacher's window split and noise draws, seeded by ours
-    tcfg = TrainConfig(context=int(meta["context"]), heldout=meta["heldout"], seed=cfg.seed, denoiser=dcfg)
+    tcfg = TrainConfig(context=meta.context, heldout=meta.heldout, seed=cfg.seed, denoiser=meta.denoiser)
     recs = subset(split(store.episodes(), tcfg.heldout)[0], cfg.max_frames, cfg.seed)
     if not recs:
         raise UserError(f"store {data} has no training episodes", "record some with `gamengen record`")
-    _open_run(out, cfg, teacher_dir, data)
+    run = RunFolder(out, {**asdict(cfg), "teacher": str(teacher_dir.resolve()), "data": str(data.resolve())},
+                    keep=cfg.keep_checkpoints).open()
     cache = LatentCache(codec, Path(latents) if latents else out / "latents")
     cache.build(store, recs)
     windows = LatentWindows(store, cache, recs, tcfg.context)
-    guided = Denoiser(teacher, dcfg)
-    teacher_schedule, student_schedule = guided.sampling_schedule(), guided.sampling_schedule()
-    one_step = ddim_timesteps(student_schedule, 1)
+    guided = Denoiser(teacher, meta.denoiser)
+    teacher_sampler = replace(sampler, steps=cfg.teacher_steps)
+    one_step = guided.schedule("ddim", 1)  # the student plays in one DDIM step, from the same noise
 
     student = copy.deepcopy(teacher).train().requires_grad_(True)
     opt = torch.optim.Adafactor(student.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
     start, losses = 0, []
-    state = checkpoint.load_latest(out / "checkpoints", warn)
+    state = run.resume(warn)
     if state is not None:
         student.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
@@ -107,9 +101,8 @@ def distill(teacher_dir: str | Path, data: str | Path, out: str | Path, cfg: Dis
         idx, draws = draws_for(tcfg, step, windows, 0, B, shape)
         ctx, acts, _ = batch_of(windows, idx, device)
         noise = draws.noise.to(device)
-        target = sample_ddim(guided.guided(ctx, acts), noise, steps=cfg.teacher_steps, schedule=teacher_schedule)
-        pred = ddim_loop(lambda x, t: student(x, t.expand(B), ctx, acts, bucket), noise, one_step,
-                         student_schedule)
+        target = guided.sample(ctx, acts, noise, teacher_sampler)
+        pred = solve(lambda x, t: student(x, t.expand(B), ctx, acts, bucket), noise, one_step, guided.alphas_cumprod)
         loss = torch.nn.functional.mse_loss(pred, target)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(student.parameters(), cfg.grad_clip)
@@ -120,42 +113,23 @@ def distill(teacher_dir: str | Path, data: str | Path, out: str | Path, cfg: Dis
         if deadline.passed():
             last = step + 1
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == last:
-            checkpoint.save(out / "checkpoints", step + 1, {"model": student.state_dict(), "step": step + 1,
-                                                            "optimizer": opt.state_dict(), "losses": losses},
-                            keep=cfg.keep_checkpoints)
-            write_json_atomic(out / "losses.json", losses)
+            run.save(step + 1, {"model": student.state_dict(), "step": step + 1, "optimizer": opt.state_dict(),
+                                "losses": losses})
+            run.write_losses(losses)
         if step + 1 == last:
             break
-    _export(student.eval(), teacher_dir, out / "model", meta, cfg, len(losses))
+    _export(student.eval(), model, teacher_dir, out / "model", cfg, len(losses))
     return losses
 
 
-def _open_run(out: Path, cfg: DistillConfig, teacher: Path, data: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    mine = {**asdict(cfg), "teacher": str(teacher.resolve()), "data": str(data.resolve())}
-    path = out / "config.json"
-    if path.exists():
-        old = json.loads(path.read_text())
-        diff = [k for k in mine if k not in RUN_INDEPENDENT and old.get(k) != mine[k]]
-        if diff:
-            raise UserError(f"run {out} was started with other settings ({', '.join(diff)})",
-                            "re-run with the original settings to resume, or use another --out")
-    write_json_atomic(path, mine)
-
-
-def _export(student, teacher_dir: Path, out: Path, meta: dict, cfg: DistillConfig, steps: int) -> None:
-    """The teacher's folder (AE, starts) with the student's U-Net and a meta that plays it in 1 step
-    without CFG (the guidance is folded in)."""
-    if out.exists():
-        shutil.rmtree(out)
-    teacher_net = {"config.json", "diffusion_pytorch_model.safetensors", "README.md"}  # top level only: ae/ stays
-    shutil.copytree(teacher_dir, out, ignore=lambda d, names: teacher_net & set(names) if Path(d) == teacher_dir else ())
-    student.save_pretrained(out, safe_serialization=True)
-    write_json_atomic(out / WM_META, {**meta, "denoiser": {**meta["denoiser"], "guidance": 1.0},
-                                      "sampling_steps": 1, "distilled_from": str(teacher_dir),
-                                      "distill_steps": steps})
-    write_bytes_atomic(out / "README.md", (
+def _export(student, teacher: WorldModel, teacher_dir: Path, out: Path, cfg: DistillConfig, steps: int) -> None:
+    """The teacher's model (AE, starts) with the student's U-Net, sampled in 1 step without CFG (the
+    guidance is folded in), and where it came from."""
+    student_model = replace(
+        teacher, net=student, sampler=replace(teacher.sampler, steps=1, guidance=1.0),
+        meta=replace(teacher.meta, distilled_from=str(teacher_dir), distill_steps=steps))
+    student_model.save_pretrained(out, (
         f"# gamengen world model, 1-step student of `{teacher_dir}`\n\n"
         f"Distilled for {steps} steps of batch {cfg.batch_size} (`gamengen distill`) to reproduce in one DDIM step "
-        f"the teacher's {cfg.teacher_steps} DDIM steps with CFG {meta['denoiser']['guidance']}; it plays without "
-        "CFG. The AE and the start contexts are the teacher's.\n").encode())
+        f"the teacher's {cfg.teacher_steps} DDIM steps with CFG {teacher.sampler.guidance}; it plays without "
+        "CFG. The AE and the start contexts are the teacher's.\n"))

@@ -1,4 +1,4 @@
-"""`gamengen train`: the action-conditioned diffusion world model (paper §3.2, §4.2; DESIGN §5).
+"""`gamengen train`: the action-conditioned diffusion world model (paper §3.2, §4.2; docs/world_model.md).
 
 The same code runs as 1 CPU process, several CPU processes (`accelerate launch --num_processes 2`,
 gloo) or GPUs. Every random draw of step s, sample i of the *global* batch comes from a generator
@@ -12,15 +12,13 @@ Run folder::
     <run>/losses.json           the loss of every step so far
     <run>/samples/step-N.png    context | truth | prediction grids
     <run>/tb/                   TensorBoard
-    <run>/model/                save_pretrained (EMA weights) + ae/ + gamengen_wm.json + README.md
+    <run>/model/                the model folder (models/world_model.WorldModel, EMA weights)
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -28,22 +26,22 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..atomic import write_bytes_atomic, write_json_atomic, write_png
+from ..atomic import write_png
 from ..data.latents import DeviceWindows, LatentCache, LatentWindows, split
 from ..data.store import Store
 from ..diffusion.denoiser import Denoiser, DenoiserConfig, TrainingNoise
 from ..errors import UserError
+from ..models.world_model import SamplerConfig, WorldModel, WorldModelMeta
 from . import checkpoint
+from .run import Deadline, RunFolder
 
-WM_META = "gamengen_wm.json"
-
-# Network sizes per preset. `cpu` is sized for real-time play on 2 cores (DESIGN §9, issue 7 measures
-# it); `paper` is SD-1.4's U-Net (§4.2) at 320x256; `tiny` exists for tests.
+# Network sizes per preset. `cpu` is sized for real-time play on 2 cores (issue 7 measured it;
+# docs/performance.md); `paper` is SD-1.4's U-Net (§4.2) at 320x256; `tiny` exists for tests.
 UNET_PRESETS = {
     "tiny": {"block_out_channels": (32, 32), "layers_per_block": 1, "cross_attention_dim": 32,
              "attention_head_dim": 2, "down_block_types": ("CrossAttnDownBlock2D", "DownBlock2D"),
              "up_block_types": ("UpBlock2D", "CrossAttnUpBlock2D"), "norm_num_groups": 8},
-    # Sized for the play budget (DESIGN §9, issue 7): two levels (16x20 and 8x10 latents) and
+    # Sized for the play budget (docs/performance.md, issue 7): two levels (16x20 and 8x10 latents) and
     # attention only in the middle block, where 80 positions see the whole frame and the action
     # tokens. Each cross-attention block costs about as much as the convolutions of a level at these
     # sizes, so this cut a U-Net call with both CFG branches from 46 ms (64-128-128, attention at two
@@ -164,31 +162,19 @@ def batch_of(windows: LatentWindows, idx: list[int], device) -> tuple[torch.Tens
             torch.from_numpy(np.stack(tgt)).to(device))
 
 
-RUN_INDEPENDENT = ("steps", "checkpoint_every", "sample_every", "max_minutes")  # may change on resume
+def _drop_moved_sampler_settings(old: dict) -> None:
+    # runs started before the sampler settings left DenoiserConfig (models/world_model.py) resume
+    for moved in ("guidance", "inference_noise_level"):
+        old.get("denoiser", {}).pop(moved, None)
 
 
-def open_run(out: Path, cfg: TrainConfig, data: Path, ae: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    mine = {**cfg.to_json(), "data": str(data.resolve()), "ae": str(ae.resolve())}
-    path = out / "config.json"
-    if path.exists():
-        old = json.loads(path.read_text())
-        diff = [k for k in mine if k not in RUN_INDEPENDENT and old.get(k) != mine[k]]
-        if diff:
-            raise UserError(f"run {out} was started with other settings ({', '.join(diff)})",
-                            "re-run with the original settings to resume, or use another --out")
-    write_json_atomic(path, mine)
-
-
-def sample_grid(denoiser: Denoiser, codec, windows: LatentWindows, n: int, steps: int = 4) -> np.ndarray:
-    """Rows of: the last 3 context frames | truth | prediction (DDIM 4 steps + CFG), as one image."""
-    from ..diffusion.sampling import sample_ddim
-
+def sample_grid(denoiser: Denoiser, codec, windows: LatentWindows, n: int, sampler: SamplerConfig) -> np.ndarray:
+    """Rows of: the last 3 context frames | truth | prediction (the exported model's sampler), as one image."""
     idx = np.linspace(0, len(windows) - 1, n).astype(int)
     ctx, acts, tgt = batch_of(windows, list(idx), next(denoiser.net.parameters()).device)
     gen = torch.Generator().manual_seed(0)
     noise = torch.randn(tgt.shape, generator=gen).to(tgt.device)
-    pred = sample_ddim(denoiser.guided(ctx, acts), noise, steps=steps, schedule=denoiser.sampling_schedule())
+    pred = denoiser.sample(ctx, acts, noise, sampler)
     rows = []
     for i in range(n):
         pics = [codec.decode(ctx[i, -k][None])[0] for k in (3, 2, 1)]
@@ -199,7 +185,7 @@ def sample_grid(denoiser: Denoiser, codec, windows: LatentWindows, n: int, steps
 
 def train(data: str | os.PathLike, ae: str | os.PathLike, out: str | os.PathLike, cfg: TrainConfig,
           report: Callable[[int, int, float], None] = lambda step, total, loss: None,
-          warn: Callable[[str], None] = print, _kill_at_save: int | None = None):
+          warn: Callable[[str], None] = print):
     from accelerate import Accelerator
     from diffusers.training_utils import EMAModel
 
@@ -223,8 +209,10 @@ def train(data: str | os.PathLike, ae: str | os.PathLike, out: str | os.PathLike
     if cfg.batch_size % accelerator.num_processes:
         raise UserError(f"batch size {cfg.batch_size} does not split over {accelerator.num_processes} processes",
                         "pick a --batch-size that is a multiple of the process count")
+    run = RunFolder(out, {**cfg.to_json(), "data": str(data.resolve()), "ae": str(ae.resolve())},
+                    keep=cfg.keep_checkpoints, upgrade=_drop_moved_sampler_settings)
     if main:
-        open_run(out, cfg, data, ae)
+        run.open()
     codec.ae.to(accelerator.device)  # encoding the cache and decoding samples
     cache = LatentCache(codec, ae / "latents")
     if main:
@@ -237,7 +225,7 @@ def train(data: str | os.PathLike, ae: str | os.PathLike, out: str | os.PathLike
     opt = torch.optim.Adafactor(net.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
     ema = EMAModel(net.parameters(), decay=cfg.ema_decay)
     start, losses = 0, []
-    state = checkpoint.load_latest(out / "checkpoints", warn if main else (lambda m: None))
+    state = run.resume(warn if main else (lambda m: None))
     if state is not None:
         net.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
@@ -260,12 +248,9 @@ def train(data: str | os.PathLike, ae: str | os.PathLike, out: str | os.PathLike
     def save(step: int) -> None:
         if not main:
             return
-        kill = (lambda: os.kill(os.getpid(), 9)) if _kill_at_save == step else (lambda: None)
-        checkpoint.save(out / "checkpoints", step, {
-            "model": plain.state_dict(), "optimizer": opt.state_dict(), "ema": ema.state_dict(), "step": step,
-            "losses": losses, "rng": checkpoint.rng_state(), "config": cfg.to_json()},
-            keep=cfg.keep_checkpoints, before_manifest=kill)
-        write_json_atomic(out / "losses.json", losses)
+        run.save(step, {"model": plain.state_dict(), "optimizer": opt.state_dict(), "ema": ema.state_dict(),
+                        "step": step, "losses": losses, "rng": checkpoint.rng_state(), "config": cfg.to_json()})
+        run.write_losses(losses)
 
     report(start, cfg.steps, losses[-1] if losses else float("nan"))
     deadline = Deadline(cfg.max_minutes)
@@ -297,7 +282,8 @@ def train(data: str | os.PathLike, ae: str | os.PathLike, out: str | os.PathLike
             save(done)
         if main and cfg.sample_every and (done % cfg.sample_every == 0 or done == last):
             with ema_weights(ema, plain):
-                write_png(out / "samples" / f"step-{done:08d}.png", sample_grid(denoiser, codec, windows, 4))
+                grid = sample_grid(denoiser, codec, windows, 4, SamplerConfig())
+                write_png(out / "samples" / f"step-{done:08d}.png", grid)
         if done == last:
             break
     accelerator.wait_for_everyone()
@@ -308,23 +294,6 @@ def train(data: str | os.PathLike, ae: str | os.PathLike, out: str | os.PathLike
             export_model(plain, codec, out / "model", cfg, spec, len(losses), data)
     accelerator.end_training()
     return losses
-
-
-class Deadline:
-    """``max_minutes`` of this invocation. All processes stop at the same step: the first clock to
-    pass the deadline decides for all."""
-
-    def __init__(self, minutes: float | None):
-        self.end = None if minutes is None else time.monotonic() + 60 * minutes
-
-    def passed(self, accelerator=None) -> bool:
-        if self.end is None:
-            return False
-        hit = time.monotonic() >= self.end
-        if accelerator is None or accelerator.num_processes == 1:
-            return hit
-        flag = torch.tensor([float(hit)], device=accelerator.device)
-        return bool(accelerator.reduce(flag, reduction="sum")[0] > 0)
 
 
 class ema_weights:
@@ -343,18 +312,9 @@ class ema_weights:
 
 
 def export_model(net, codec, out: Path, cfg: TrainConfig, spec, steps: int, data: Path) -> None:
-    """A self-contained model folder: the U-Net (save_pretrained, safetensors), its AE, our meta, a card."""
-    net.save_pretrained(out, safe_serialization=True)
-    codec.save(out / "ae", card=f"Autoencoder of the world model in {out.name}/ (see ../README.md).\n")
-    write_json_atomic(out / WM_META, {"denoiser": asdict(cfg.denoiser), "context": cfg.context,
-                                      "preset": cfg.preset, "env_id": spec.env_id,
-                                      "actions": list(spec.action_set.names),
-                                      "action_set": spec.action_set.to_json(), "height": spec.height,
-                                      "width": spec.width, "fps": spec.fps, "train_steps": steps,
-                                      "heldout": cfg.heldout})
-    card = (f"# gamengen world model ({cfg.preset} preset)\n\n"
-            f"Action-conditioned latent diffusion (GameNGen) for `{spec.env_id}` at {spec.width}x{spec.height}, "
-            f"context {cfg.context}, trained {steps} steps on `{data}`.\n\n"
-            "Files: `diffusion_pytorch_model.safetensors` + `config.json` (the U-Net, EMA weights), "
-            f"`ae/` (the autoencoder), `{WM_META}` (sampling settings and the action set).\n")
-    write_bytes_atomic(out / "README.md", card.encode())
+    """A self-contained model folder (models/world_model.WorldModel) with the default sampler."""
+    meta = WorldModelMeta(env_id=spec.env_id, action_set=spec.action_set.to_json(), height=spec.height,
+                          width=spec.width, fps=spec.fps, frame_skip=spec.frame_skip, context=cfg.context,
+                          heldout=cfg.heldout, preset=cfg.preset, train_steps=steps, denoiser=cfg.denoiser)
+    model = WorldModel(net, codec, meta, SamplerConfig())
+    model.save_pretrained(out, model.default_card() + f"\nTrained on `{data}`.\n")

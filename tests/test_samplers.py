@@ -1,0 +1,71 @@
+"""The sampler functions (diffusion/sampling.py): pure, schedules as data, one signature."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from gamengen.diffusion.sampling import (DDIMSchedule, SigmaSchedule, sample_ddim, sample_euler, scaled_linear_alphas,
+                                         solve, solver_schedule, vp_denoised)
+
+ALPHAS = scaled_linear_alphas()
+
+
+def gaussian_v_model(s: float):
+    """The exact v-prediction of data ~ N(0, s^2) on the VP schedule: a model whose ODE is known."""
+    def v(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        a = torch.as_tensor(ALPHAS, dtype=torch.float64)
+        tf = t.double()
+        lo = tf.floor().long().clamp(0, len(ALPHAS) - 1)
+        hi = (lo + 1).clamp(max=len(ALPHAS) - 1)
+        ab = (a[lo] + (tf - lo) * (a[hi] - a[lo])).float()  # alpha-bar at a fractional timestep
+        # x = sqrt(ab) x0 + sqrt(1-ab) eps; E[x0|x] = sqrt(ab) s^2 x / (ab s^2 + 1 - ab)
+        x0 = ab.sqrt() * s**2 * x / (ab * s**2 + 1 - ab)
+        eps = (x - ab.sqrt() * x0) / (1 - ab).sqrt()
+        return ab.sqrt() * eps - (1 - ab).sqrt() * x0
+    return v
+
+
+def test_ddim_is_diffusers_ddim_with_trailing_spacing():
+    from diffusers import DDIMScheduler
+
+    ref = DDIMScheduler(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
+                        prediction_type="v_prediction", clip_sample=False, timestep_spacing="trailing",
+                        set_alpha_to_one=False)
+    w = torch.randn(4, 4, generator=torch.Generator().manual_seed(0))
+    model = lambda x, t: torch.tanh(torch.einsum("ij,bjhw->bihw", w, x) * t.float() / 1000)  # noqa: E731
+    for steps in (1, 3, 4, 64):
+        noise = torch.randn(2, 4, 5, 6, generator=torch.Generator().manual_seed(steps))
+        ref.set_timesteps(steps)
+        x = noise
+        for t in ref.timesteps.tolist():
+            x = ref.step(model(x, torch.full((1,), t)), t, x, eta=0.0).prev_sample
+        schedule = DDIMSchedule.trailing(ALPHAS, steps)
+        assert list(schedule.timesteps) == ref.timesteps.tolist()
+        torch.testing.assert_close(sample_ddim(model, noise, schedule=schedule), x, atol=1e-5, rtol=1e-5)
+
+
+def test_euler_solves_the_probability_flow_ode_of_gaussian_data():
+    s = 0.5
+    exact = lambda x, sigma: x * s**2 / (s**2 + sigma**2)  # noqa: E731  D(x; sigma) for data ~ N(0, s^2)
+    schedule = SigmaSchedule.karras(400, 0.002, 80.0, variance_preserving=False)
+    noise = torch.randn(1000, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    x0 = sample_euler(exact, noise, schedule=schedule)
+    # the ODE's flow scales x by sqrt(s^2 + sigma^2): from sigma_max to 0
+    torch.testing.assert_close(x0, noise * 80.0 * s / math.sqrt(s**2 + 80.0**2), rtol=2e-2, atol=1e-3)
+    assert schedule.sigmas[-1] == 0 and all(a > b for a, b in zip(schedule.sigmas, schedule.sigmas[1:]))
+
+
+def test_ddim_and_euler_reach_the_same_samples_of_a_vp_model():
+    """Both solvers integrate the same ODE: with many steps they agree, and they land on the data's
+    distribution (a VP v-model's x0 from DDIM and from Euler through vp_denoised)."""
+    model = gaussian_v_model(0.5)
+    noise = torch.randn(4000, 1, 1, 1, generator=torch.Generator().manual_seed(1))
+    ddim = solve(model, noise, solver_schedule("ddim", 250, ALPHAS), ALPHAS)
+    euler = solve(model, noise, solver_schedule("euler", 250, ALPHAS), ALPHAS)
+    torch.testing.assert_close(euler, ddim, atol=3e-2, rtol=3e-2)
+    assert abs(float(ddim.std()) - 0.5) < 0.03 and abs(float(euler.std()) - 0.5) < 0.03
+    d = vp_denoised(model, ALPHAS)
+    x = torch.ones(1, 1, 1, 1)
+    torch.testing.assert_close(d(x, 1.0), torch.full_like(x, 0.25 / 1.25), atol=2e-3, rtol=2e-3)  # E[x0|x] at sigma 1
