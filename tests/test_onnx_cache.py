@@ -32,7 +32,7 @@ def tiny_path(seed: int = 0):
 def run_once(path) -> np.ndarray:
     C, h, w = path.codec.latent_shape()
     g = torch.Generator().manual_seed(0)
-    z, _ = path.frame(torch.randn(1, 2, C, h, w, generator=g), torch.tensor([[0, 1]]), torch.tensor([0]), 1.5,
+    z, _, _ = path.frame(torch.randn(1, 2, C, h, w, generator=g), torch.tensor([[0, 1]]), torch.tensor([0]), 1.5,
                       torch.randn(1, C, h, w, generator=g))
     return z.numpy()
 

@@ -111,13 +111,9 @@ class Denoiser:
         bucket = bucket.to(context.device)
         if w == 1.0:
             return lambda x, t: self.net(x, t.expand(B), context, actions, bucket)
-        ctx2 = torch.cat([context, torch.zeros_like(context)])
+        ctx2 = torch.cat([context, torch.zeros_like(context)])  # the unconditional branch: no history
         act2, bucket2 = torch.cat([actions, actions]), torch.cat([bucket, bucket])
-
-        def v_pred(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-            return cfg_combine(*self.net(torch.cat([x, x]), t.expand(2 * B), ctx2, act2, bucket2).chunk(2), w)
-
-        return v_pred
+        return lambda x, t: cfg_pair(lambda x2, t2: self.net(x2, t2, ctx2, act2, bucket2), x, t, w)
 
     def sampling_conditions(self, batch: int, guidance: float, noise_level: float) -> tuple[float, torch.Tensor]:
         """The CFG weight and the context-noise buckets (batch,) that sampling tells the network."""
@@ -133,6 +129,14 @@ class Denoiser:
         with ``sampler``'s solver, steps, guidance and context noise level (a SamplerConfig)."""
         model = self.guided(context, actions, sampler.guidance, sampler.context_noise_level)
         return solve(model, noise, self.schedule(sampler.solver, sampler.steps), self.alphas_cumprod)
+
+
+def cfg_pair(net_call, x: torch.Tensor, t: torch.Tensor, w) -> torch.Tensor:
+    """Both CFG branches as one batch of 2B (fewer, larger matmuls; docs/performance.md), combined:
+    ``net_call(x2 (2B, C, h, w), t2 (2B,))`` runs the conditional half then the unconditional one."""
+    B = x.shape[0]
+    cond, uncond = net_call(torch.cat([x, x]), t.expand(2 * B)).chunk(2)
+    return cfg_combine(cond, uncond, w)
 
 
 def cfg_combine(cond: torch.Tensor, uncond: torch.Tensor, w) -> torch.Tensor:
@@ -171,6 +175,5 @@ class GuidedStep(torch.nn.Module):
         B = x.shape[0]
         if not self.guided:
             return self.net.forward_from_share(x, t.expand(B), shares[:B], actions, bucket)
-        cond, uncond = self.net.forward_from_share(torch.cat([x, x]), t.expand(2 * B), shares,
-                                                   torch.cat([actions, actions]), torch.cat([bucket, bucket])).chunk(2)
-        return cfg_combine(cond, uncond, guidance)
+        act2, bucket2 = torch.cat([actions, actions]), torch.cat([bucket, bucket])
+        return cfg_pair(lambda x2, t2: self.net.forward_from_share(x2, t2, shares, act2, bucket2), x, t, guidance)

@@ -20,6 +20,7 @@ import importlib.util
 import io
 import json
 import os
+import time
 import warnings
 from pathlib import Path
 
@@ -42,7 +43,7 @@ class FrameGraph(torch.nn.Module):
 
         super().__init__()
         self.shares, self.step, self.ae = ContextShares(net), GuidedStep(net, guided), codec.ae
-        self.scale, self.schedule, self.alphas_cumprod = codec.scale, schedule, alphas_cumprod
+        self.codec, self.schedule, self.alphas_cumprod = codec, schedule, alphas_cumprod
 
     def forward(self, context: torch.Tensor, actions: torch.Tensor, bucket: torch.Tensor, guidance: torch.Tensor,
                 noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,7 +54,7 @@ class FrameGraph(torch.nn.Module):
         shares = self.shares(context)
         z = solve(lambda x, t: self.step(x, t, shares, actions, bucket, guidance), noise, self.schedule,
                   self.alphas_cumprod)
-        return z, self.ae.decode(z / self.scale).sample
+        return z, self.codec.decode_pixels(z)
 
 
 INPUTS = ("context", "actions", "bucket", "guidance", "noise")
@@ -97,7 +98,7 @@ def graph_key(graph: FrameGraph, example: tuple) -> str:
     for name, t in sorted(graph.state_dict().items()):  # the U-Net's and the AE's weights
         h.update(name.encode())
         h.update(t.detach().cpu().contiguous().numpy().tobytes())
-    settings = {"scale": graph.scale, "guided": graph.step.guided, "schedule": repr(graph.schedule),
+    settings = {"scale": graph.codec.scale, "guided": graph.step.guided, "schedule": repr(graph.schedule),
                 "alphas": repr(graph.alphas_cumprod), "shapes": [list(x.shape) for x in example], "opset": OPSET,
                 "versions": [torch.__version__, diffusers.__version__, onnx.__version__, onnxruntime.__version__]}
     h.update(json.dumps(settings, sort_keys=True, default=str).encode())
@@ -159,8 +160,11 @@ class OnnxPath:
         self.inputs = [i.name for i in self.graph.get_inputs()]  # an unguided graph has no guidance input
 
     def frame(self, context: torch.Tensor, actions: torch.Tensor, bucket: torch.Tensor, guidance: float,
-              noise: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:
-        """-> the next latent (1, C, h, w) and frame (1, H, W, 3) uint8, as the reference path makes them."""
+              noise: torch.Tensor) -> tuple[torch.Tensor, np.ndarray, dict[str, float]]:
+        """-> the next latent (1, C, h, w), frame (1, H, W, 3) uint8 and ms per stage, as the reference
+        path (engine/runtime.EagerPath) makes them."""
+        t0 = time.perf_counter()
         given = dict(zip(INPUTS, (context, actions, bucket, torch.tensor(guidance, dtype=torch.float32), noise)))
         z, pixels = self.graph.run(None, {k: np.ascontiguousarray(given[k].numpy()) for k in self.inputs})
-        return torch.from_numpy(z), self.codec.to_frames(torch.from_numpy(pixels))
+        ms = (time.perf_counter() - t0) * 1e3
+        return torch.from_numpy(z), self.codec.to_frames(torch.from_numpy(pixels)), {"frame graph": ms}

@@ -11,7 +11,6 @@ frames n-N..n-1 and actions n-N..n-1, where action n-1 is the one just pressed.
 from __future__ import annotations
 
 import copy
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +54,7 @@ class NeuralWorld:
         self.schedule = self.denoiser.schedule(self.solver, self.steps)
         self.guidance = float(_given(c.guidance, model.sampler.guidance))
         self.noise_level = float(_given(c.noise_level, model.sampler.context_noise_level))
-        self.fast = self._fast_path(model.net)
+        self.runtime = self._runtime(model.net)  # engine/runtime.py: eager reference or ONNX fast path
         self.actions = model.meta.actions
         self.n_actions = len(self.actions)
         self.generator = torch.Generator().manual_seed(0)
@@ -63,12 +62,13 @@ class NeuralWorld:
         self.past_actions = None  # (N-1,): the actions taken after the first N-1 of them
         self.timings: dict[str, float] = {}  # ms of the last step per stage, for the HUD and `bench play`
 
-    def _fast_path(self, net):
+    def _runtime(self, net):
         from . import fast
+        from .runtime import EagerPath
 
         runtime = self.config.runtime
         if runtime == "torch":
-            return None
+            return EagerPath(self.denoiser, self.codec, self.schedule)
         if runtime != "onnx":
             raise UserError(f"unknown runtime '{runtime}'", "use onnx (fast, the default) or torch (the reference)")
         if not fast.available():
@@ -116,25 +116,14 @@ class NeuralWorld:
     @torch.no_grad()
     def step(self, action: int) -> np.ndarray:
         """Press ``action`` after the current frame; returns the next frame (H, W, 3) uint8."""
-        from ..diffusion.sampling import solve
-
         if self.latents is None:
             raise RuntimeError("call reset() first")
         if not 0 <= int(action) < self.n_actions:
             raise ValueError(f"action {action} is not in 0..{self.n_actions - 1}")
         acts = torch.cat([self.past_actions, torch.tensor([int(action)])])  # (N,)
         noise = torch.randn((1, *self.latents.shape[1:]), generator=self.generator)
-        t0 = time.perf_counter()
-        if self.fast is not None:
-            w, bucket = self.denoiser.sampling_conditions(1, self.guidance, self.noise_level)
-            z, frames = self.fast.frame(self.latents[None], acts[None], bucket, w, noise)
-            self.timings = {"frame graph": (time.perf_counter() - t0) * 1e3}
-        else:
-            v_model = self.denoiser.guided(self.latents[None], acts[None], self.guidance, self.noise_level)
-            z = solve(v_model, noise, self.schedule, self.denoiser.alphas_cumprod)  # (1, C, h, w)
-            t1 = time.perf_counter()
-            frames = self.codec.decode(z)
-            self.timings = {"denoise": (t1 - t0) * 1e3, "decode": (time.perf_counter() - t1) * 1e3}
+        w, bucket = self.denoiser.sampling_conditions(1, self.guidance, self.noise_level)
+        z, frames, self.timings = self.runtime.frame(self.latents[None], acts[None], bucket, w, noise)
         self.latents = torch.cat([self.latents[1:], z])
         self.past_actions = acts[1:]
         return frames[0]

@@ -121,8 +121,13 @@ class FrameCodec:
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> np.ndarray:
+        return self.to_frames(self.decode_pixels(latents))
+
+    def decode_pixels(self, latents: torch.Tensor) -> torch.Tensor:
+        """Scaled latents (B, C, h, w) -> pixels (B, 3, H', W') in [-1, 1], padding included (the
+        play graph exports this; ``decode`` crops and quantises it)."""
         device = next(self.ae.parameters()).device
-        return self.to_frames(self.ae.decode(latents.to(device) / self.scale).sample)
+        return self.ae.decode(latents.to(device) / self.scale).sample
 
     def save(self, out: Path, card: str) -> None:
         """diffusers save_pretrained (safetensors + config.json), our meta, a model card."""
