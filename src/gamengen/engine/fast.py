@@ -131,7 +131,7 @@ def cached_graph(graph: FrameGraph, example: tuple) -> tuple[bytes, str]:
     return data, "exported"
 
 
-def session(model: bytes, threads: int):
+def open_graph(model: bytes, threads: int):
     """Open ONNX bytes in ONNX Runtime for play: fixed threads, no spinning."""
     import onnxruntime as ort
 
@@ -155,7 +155,7 @@ class OnnxPath:
                    torch.zeros(1, dtype=torch.long), torch.tensor(1.5), torch.zeros(1, C, h, w))
         graph = FrameGraph(net, codec, schedule, alphas_cumprod, guided)
         model, self.source = cached_graph(graph, example)  # source: "cache" or "exported"
-        self.graph = session(model, threads or torch.get_num_threads())
+        self.graph = open_graph(model, threads or torch.get_num_threads())
         self.codec = codec
         self.inputs = [i.name for i in self.graph.get_inputs()]  # an unguided graph has no guidance input
 

@@ -76,7 +76,7 @@ class NeuralWorld:
         return fast.OnnxPath(net, self.codec, self.schedule, self.denoiser.alphas_cumprod, self.context,
                              guided=self.guidance != 1.0)
 
-    def session(self) -> "NeuralWorld":
+    def for_player(self) -> "NeuralWorld":
         """Another player's world over the same networks (shared, read-only): only the ring, the
         noise generator and the timings are its own."""
         other = copy.copy(self)

@@ -132,8 +132,12 @@ def _plot_long(lr: dict, path: Path) -> None:
 
 
 def blocks_of(res: dict, out: Path, command: str | None) -> list[tuple]:
-    """The report's content; writes its pictures into ``out``."""
-    tf = res["teacher_forced"]
+    """The report's content, section by section; writes its pictures into ``out``."""
+    return (_header(res, command) + _teacher_forced(res, out) + _autoregressive(res, out) + _fvd(res)
+            + _long_rollout(res, out) + _action_following(res))
+
+
+def _header(res: dict, command: str | None) -> list[tuple]:
     b: list[tuple] = [("h1", f"World model evaluation: {res['env_id']}")]
     b.append(("p", f"Model `{res['model']}` (context {res['context']}, {res['train_steps']} training steps), "
                    f"held-out episodes of `{res['data']}`, {res['ddim_steps']} DDIM steps, CFG weight {res['guidance']}, "
@@ -141,6 +145,13 @@ def blocks_of(res: dict, out: Path, command: str | None) -> list[tuple]:
                    f"LPIPS: {res['lpips']}. Took {res['seconds'] / 60:.1f} min."))
     if command:
         b.append(("code", command))
+    return b
+
+
+def _teacher_forced(res: dict, out: Path) -> list[tuple]:
+    """One step from the real history (paper §5.1), beside copy-last and the AE ceiling."""
+    b: list[tuple] = []
+    tf = res["teacher_forced"]
     b.append(("h2", "Teacher-forced (one step from the real history; paper §5.1)"))
     rows = []
     for name in ("all", "moving"):
@@ -154,7 +165,13 @@ def blocks_of(res: dict, out: Path, command: str | None) -> list[tuple]:
     if tf["strips"]:
         write_png(out / "teacher_forced.png", _strip_image(tf["strips"]))
         b.append(("img", "teacher_forced.png", "each row: last context frame | truth | prediction"))
+    return b
 
+
+def _autoregressive(res: dict, out: Path) -> list[tuple]:
+    """The model on its own frames (paper Fig. 6), beside the frozen start frame."""
+    b: list[tuple] = []
+    tf = res["teacher_forced"]
     ar = res.get("autoregressive")
     if ar and "model" in ar:
         b.append(("h2", f"Autoregressive ({ar['steps']} steps on the model's own frames, real actions; paper Fig. 6)"))
@@ -176,7 +193,12 @@ def blocks_of(res: dict, out: Path, command: str | None) -> list[tuple]:
             b.append(("img", "autoregressive_strip.png", f"pairs of rows: truth, then model, at steps {steps}"))
     elif ar:
         b.append(("p", f"Autoregressive: {ar['unavailable']}."))
+    return b
 
+
+def _fvd(res: dict) -> list[tuple]:
+    """FVD of autoregressive clips, or why it is unavailable."""
+    b: list[tuple] = []
     fv = res["fvd"]
     b.append(("h2", "FVD (autoregressive clips vs the real ones; paper §5.1)"))
     if "fvd16" in fv:
@@ -186,7 +208,12 @@ def blocks_of(res: dict, out: Path, command: str | None) -> list[tuple]:
         b.append(("p", "FVD from a handful of clips is noisy and biased upwards; the paper used 512."))
     else:
         b.append(("p", f"FVD {fv['note']}. Paper: {PAPER['fvd16']} (16 frames), {PAPER['fvd32']} (32 frames)."))
+    return b
 
+
+def _long_rollout(res: dict, out: Path) -> list[tuple]:
+    """The long rollout's frame statistics against the real frames' range."""
+    b: list[tuple] = []
     lr = res.get("long_rollout")
     if lr:
         b.append(("h2", f"Long rollout ({lr['steps']:,} steps): does it stay in the real frames' range?"))
@@ -204,7 +231,12 @@ def blocks_of(res: dict, out: Path, command: str | None) -> list[tuple]:
         write_png(out / "long_rollout_strip.png", np.concatenate([f for _, f in lr["snapshots"]], axis=1))
         b.append(("img", "long_rollout_strip.png",
                   "frames at steps " + ", ".join(f"{s:,}" for s, _ in lr["snapshots"])))
+    return b
 
+
+def _action_following(res: dict) -> list[tuple]:
+    """Whether the true action gives the prediction closest to the truth."""
+    b: list[tuple] = []
     af = res.get("action_following")
     if af:
         b.append(("h2", "Action following: does the model tell the actions apart?"))

@@ -48,7 +48,7 @@ class NeuralGame:
     views = ("model",)
 
     def __init__(self, world, starts: list[Start]):
-        self.world, self.starts = world.session(), starts
+        self.world, self.starts = world.for_player(), starts
         self.timings: dict[str, float] = {}
         self.ended = self.diverged = False  # the learned game neither ends nor replays anything
 

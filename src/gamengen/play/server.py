@@ -194,18 +194,16 @@ def guard(app: FastAPI, config: ServerConfig, port: int) -> Callable[[str | None
 
 
 def create_app(player: Player, config: ServerConfig, port: int):
-    compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gamengen-step")  # one model step at a time
-    recordings = Path(tempfile.mkdtemp(prefix="gamengen-recordings-"))
+    """The player's FastAPI app: the page, finished recordings and the play WebSocket."""
+    sessions = Sessions(player, config)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
         yield
-        compute.shutdown(wait=False, cancel_futures=True)
-        shutil.rmtree(recordings, ignore_errors=True)
+        sessions.close()
 
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
-    check = guard(app, config, port)
-    state = {"sessions": 0}
+    sessions.check = guard(app, config, port)
 
     @app.get("/")
     async def page():
@@ -213,15 +211,33 @@ def create_app(player: Player, config: ServerConfig, port: int):
 
     @app.get("/recording/{name}")
     async def recording(name: str):
-        path = recordings / name
-        if not name.endswith(".mp4") or path.parent != recordings or not path.is_file():
+        path = sessions.recordings / name
+        if not name.endswith(".mp4") or path.parent != sessions.recordings or not path.is_file():
             return PlainTextResponse("no such recording\n", status_code=404)
         return FileResponse(path, media_type="video/mp4", filename="gamengen-session.mp4")
 
-    @app.websocket("/ws")
-    async def ws_endpoint(ws: WebSocket):
+    app.websocket("/ws")(sessions.connect)
+    return app
+
+
+class Sessions:
+    """The play sessions of one server: admission (token, Host, Origin, the session limit), one
+    game per session stepped on a single compute thread, and its recordings."""
+
+    def __init__(self, player: Player, config: ServerConfig):
+        self.player, self.config = player, config
+        self.compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gamengen-step")  # one model step at a time
+        self.recordings = Path(tempfile.mkdtemp(prefix="gamengen-recordings-"))
+        self.open = 0
+        self.check: Callable[[str | None, str | None], str | None] = lambda token, host: None
+
+    def close(self) -> None:
+        self.compute.shutdown(wait=False, cancel_futures=True)
+        shutil.rmtree(self.recordings, ignore_errors=True)
+
+    async def connect(self, ws: WebSocket):
         host = ws.headers.get("host")
-        why = check(ws.query_params.get("token"), host)
+        why = self.check(ws.query_params.get("token"), host)
         origin = ws.headers.get("origin")
         if why is None and origin is not None and origin not in (f"http://{host}", f"https://{host}"):
             why = f"cross-origin request from {origin!r}"
@@ -229,74 +245,83 @@ def create_app(player: Player, config: ServerConfig, port: int):
             await ws.close(code=POLICY, reason=why[:120])  # before accept: the handshake gets a 403
             return
         await ws.accept()
-        if state["sessions"] >= config.max_sessions:
-            await ws.close(code=TRY_LATER, reason=f"server full ({config.max_sessions} sessions)")
+        if self.open >= self.config.max_sessions:
+            await ws.close(code=TRY_LATER, reason=f"server full ({self.config.max_sessions} sessions)")
             return
-        state["sessions"] += 1
+        self.open += 1
         loop = asyncio.get_running_loop()
         game = None
+        player = self.player
         try:
-            game = await loop.run_in_executor(compute, player.make_game)
+            game = await loop.run_in_executor(self.compute, player.make_game)
             await ws.send_text(json.dumps({
                 "type": "hello", "title": player.title, "views": list(game.views), "starts": player.n_starts,
-                "fps": config.fps, "keymap": player.resolver.keymap.to_json(),
+                "fps": self.config.fps, "keymap": player.resolver.keymap.to_json(),
                 "actions": list(player.resolver.names), "info": player.info}))
-            await serve(ws, game, loop)
+            await self.serve(ws, game, loop)
         except WebSocketDisconnect:
             pass
         finally:
-            state["sessions"] -= 1
+            self.open -= 1
             if game is not None:
-                await loop.run_in_executor(compute, game.close)
+                await loop.run_in_executor(self.compute, game.close)
 
-    async def save_recording(recorded: list[list[bytes]], loop) -> dict:
+    async def save_recording(self, recorded: list[list[bytes]], loop) -> dict:
         """The 'recording' message for a stopped recording; an empty one writes no file (no empty mp4)."""
         if not recorded:
             return {"type": "recording", "url": None, "note": "nothing recorded"}
         name = f"{secrets.token_urlsafe(12)}.mp4"
-        await loop.run_in_executor(None, write_recording, recordings / name, recorded, config.fps)
-        return {"type": "recording", "url": f"recording/{name}?token={config.token}"}
+        await loop.run_in_executor(None, write_recording, self.recordings / name, recorded, self.config.fps)
+        return {"type": "recording", "url": f"recording/{name}?token={self.config.token}"}
 
-    async def serve(ws, game: PlayableGame, loop):
+    async def receive(self, ws, started: bool) -> dict | None:
+        """The next valid message, or None once the session is closed (idle, or a bad message)."""
+        config = self.config
+        try:
+            msg = await asyncio.wait_for(ws.receive(), timeout=config.idle_timeout)
+        except asyncio.TimeoutError:
+            await ws.close(code=GOING_AWAY, reason="idle timeout")
+            return None
+        if msg["type"] == "websocket.disconnect":
+            raise WebSocketDisconnect(msg.get("code", 1000))
+        try:
+            if msg.get("bytes") is not None:
+                raise BadMessage(UNSUPPORTED, "binary messages are not accepted")
+            text = msg.get("text") or ""
+            if len(text.encode()) > config.max_message:
+                raise BadMessage(TOO_BIG, f"message over {config.max_message} bytes")
+            m = parse_message(text, self.player.n_starts)
+            if m["type"] == "step" and not started:
+                raise BadMessage(INVALID, "send a reset before the first step")
+        except BadMessage as e:
+            await ws.close(code=e.code, reason=e.reason[:120])
+            return None
+        return m
+
+    async def serve(self, ws, game: PlayableGame, loop):
         step, started, recorded, recording_on = 0, False, [], False
         while True:
-            try:
-                msg = await asyncio.wait_for(ws.receive(), timeout=config.idle_timeout)
-            except asyncio.TimeoutError:
-                await ws.close(code=GOING_AWAY, reason="idle timeout")
-                return
-            if msg["type"] == "websocket.disconnect":
-                raise WebSocketDisconnect(msg.get("code", 1000))
-            try:
-                if msg.get("bytes") is not None:
-                    raise BadMessage(UNSUPPORTED, "binary messages are not accepted")
-                text = msg.get("text") or ""
-                if len(text.encode()) > config.max_message:
-                    raise BadMessage(TOO_BIG, f"message over {config.max_message} bytes")
-                m = parse_message(text, player.n_starts)
-                if m["type"] == "step" and not started:
-                    raise BadMessage(INVALID, "send a reset before the first step")
-            except BadMessage as e:
-                await ws.close(code=e.code, reason=e.reason[:120])
+            m = await self.receive(ws, started)
+            if m is None:
                 return
             if m["type"] == "record":
                 if m["on"]:
                     recorded, recording_on = [], True
                 elif recording_on:
                     recording_on = False
-                    await ws.send_text(json.dumps(await save_recording(recorded, loop)))
+                    await ws.send_text(json.dumps(await self.save_recording(recorded, loop)))
                     recorded = []
                 continue
             t0 = time.perf_counter()
             if m["type"] == "reset":
-                frames = await loop.run_in_executor(compute, game.reset, m["start"])
+                frames = await loop.run_in_executor(self.compute, game.reset, m["start"])
                 step, started, seq = 0, True, 0
             else:
-                action = player.resolver.action(m["keys"])
-                frames = await loop.run_in_executor(compute, game.step, action)
+                action = self.player.resolver.action(m["keys"])
+                frames = await loop.run_in_executor(self.compute, game.step, action)
                 step, seq = step + 1, m["seq"]
             t1 = time.perf_counter()
-            images = [encode_jpeg(frames[v], config.jpeg_quality) for v in game.views]
+            images = [encode_jpeg(frames[v], self.config.jpeg_quality) for v in game.views]
             ms = {k: round(v, 2) for k, v in game.timings.items()}
             ms.update(step=round((t1 - t0) * 1e3, 2), encode=round((time.perf_counter() - t1) * 1e3, 2))
             header = {"seq": seq, "step": step, "ms": ms, "ended": bool(game.ended), "diverged": bool(game.diverged),
@@ -304,8 +329,6 @@ def create_app(player: Player, config: ServerConfig, port: int):
             await ws.send_bytes(pack_frame(header, images))
             if recording_on and len(recorded) < MAX_RECORDED_FRAMES:
                 recorded.append(images)
-
-    return app
 
 
 def write_recording(path: Path, recorded: list[list[bytes]], fps: float) -> None:

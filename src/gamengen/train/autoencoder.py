@@ -89,17 +89,7 @@ def train_autoencoder(data: str | Path, out: str | Path, cfg: AETrainConfig,
                              "actions": list(store.spec.action_set.names)})
     frames = FrameSampler(store, train_recs, cfg.seed)
     H, W = codec.height, codec.width
-
-    rng = np.random.default_rng(cfg.seed)
-    step_px = ae_cfg.downsample  # crops on the latent grid
-
-    def crops(x: torch.Tensor) -> torch.Tensor:
-        c = cfg.crop
-        if not c or c >= min(H, W):
-            return x
-        ys = rng.integers(0, (H - c) // step_px + 1, len(x)) * step_px
-        xs = rng.integers(0, (W - c) // step_px + 1, len(x)) * step_px
-        return torch.stack([x[i, :, y:y + c, x0:x0 + c] for i, (y, x0) in enumerate(zip(ys, xs))])
+    rng = np.random.default_rng(cfg.seed)  # the crops'
 
     ae = codec.ae.train()
     # The folder is the autoencoder's own (diffusers' config.json goes there), so the run's settings
@@ -128,7 +118,8 @@ def train_autoencoder(data: str | Path, out: str | Path, cfg: AETrainConfig,
         if state is not None and offset < state["step"] < offset + steps:  # resuming inside this stage
             opt.load_state_dict(state["optimizer"])
         for s in range(max(0, done - offset), steps):
-            x = crops(codec.to_pixels(frames.batch(cfg.batch_size))).to(device)
+            x = random_crops(codec.to_pixels(frames.batch(cfg.batch_size)), cfg.crop, H, W, ae_cfg.downsample, rng)
+            x = x.to(device)
             loss = loss_fn(x)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -163,14 +154,29 @@ def train_autoencoder(data: str | Path, out: str | Path, cfg: AETrainConfig,
     decoder_params = list(ae.decoder.parameters()) + list(ae.post_quant_conv.parameters())
     run("decoder fine-tune", first, cfg.decoder_steps, decoder_params, decoder_only, budget)
     ae.eval()
-    # Unit-variance latents, as SD's 0.18215 scale gives its VAE, so the diffusion schedule fits them.
+    _scale_and_save(codec, frames, cfg, data, Path(out), ran)
+    return codec
+
+
+def random_crops(x: torch.Tensor, size: int, H: int, W: int, grid: int, rng: np.random.Generator) -> torch.Tensor:
+    """Random ``size``-pixel crops of pixels (B, 3, H', W'), placed on the latent grid (0: whole)."""
+    if not size or size >= min(H, W):
+        return x
+    ys = rng.integers(0, (H - size) // grid + 1, len(x)) * grid
+    xs = rng.integers(0, (W - size) // grid + 1, len(x)) * grid
+    return torch.stack([x[i, :, y:y + size, x0:x0 + size] for i, (y, x0) in enumerate(zip(ys, xs))])
+
+
+def _scale_and_save(codec: FrameCodec, frames: FrameSampler, cfg: AETrainConfig, data, out: Path, ran: dict) -> None:
+    """Unit-variance latents, as SD's 0.18215 scale gives its VAE, so the diffusion schedule fits
+    them; then the folder and its card."""
     with torch.no_grad():
         z = torch.cat([codec.encode(frames.batch(64)) for _ in range(4)])  # scale is still 1 here
     codec.scale = float(1.0 / z.std().clamp_min(1e-6))
-    codec.save(Path(out), card=(f"# gamengen autoencoder ({cfg.preset} preset)\n\nTrained by `gamengen train-ae` "
-                                f"on `{data}`: {ran['autoencoder']} autoencoder steps, then "
-                                f"{ran['decoder fine-tune']} decoder-only steps (encoder frozen, pixel MSE; paper §3.2.2), "
-                                f"batch {cfg.batch_size}" + (f" of {cfg.crop}x{cfg.crop} crops" if cfg.crop else "") +
-                                f". Frames {W}x{H} padded to "
-                                f"{codec.padded[1]}x{codec.padded[0]}; latents {codec.latent_shape()}.\n"))
-    return codec
+    H, W = codec.height, codec.width
+    codec.save(out, card=(f"# gamengen autoencoder ({cfg.preset} preset)\n\nTrained by `gamengen train-ae` "
+                          f"on `{data}`: {ran['autoencoder']} autoencoder steps, then "
+                          f"{ran['decoder fine-tune']} decoder-only steps (encoder frozen, pixel MSE; paper §3.2.2), "
+                          f"batch {cfg.batch_size}" + (f" of {cfg.crop}x{cfg.crop} crops" if cfg.crop else "") +
+                          f". Frames {W}x{H} padded to {codec.padded[1]}x{codec.padded[0]}; "
+                          f"latents {codec.latent_shape()}.\n"))

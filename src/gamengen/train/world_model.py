@@ -187,25 +187,12 @@ def train(data: str | os.PathLike, ae: str | os.PathLike, out: str | os.PathLike
           report: Callable[[int, int, float], None] = lambda step, total, loss: None,
           warn: Callable[[str], None] = print):
     from accelerate import Accelerator
-    from diffusers.training_utils import EMAModel
-
-    from ..models.autoencoder import FrameCodec
 
     data, ae, out = Path(data), Path(ae), Path(out)
     accelerator = Accelerator(mixed_precision="bf16" if cfg.bf16 else "no", cpu=not torch.cuda.is_available())
     main = accelerator.is_main_process
-    codec = FrameCodec.load(ae)
-    store = Store.open(data)
+    codec, store, train_recs = _open_inputs(data, ae, cfg)
     spec = store.spec
-    if (spec.height, spec.width) != (codec.height, codec.width):
-        raise UserError(f"store {data} has {spec.width}x{spec.height} frames, the AE in {ae} was made for "
-                        f"{codec.width}x{codec.height}", "train an AE on this store with `gamengen train-ae`")
-    if codec.meta.get("actions") not in (None, list(spec.action_set.names)):
-        raise UserError(f"store {data} has actions {list(spec.action_set.names)}, the AE was trained on a game with "
-                        f"{codec.meta['actions']}", "use an AE trained on this game's store")
-    train_recs = subset(split(store.episodes(), cfg.heldout)[0], cfg.max_frames, cfg.seed)
-    if not train_recs:
-        raise UserError(f"store {data} has no training episodes", "record some with `gamengen record`")
     if cfg.batch_size % accelerator.num_processes:
         raise UserError(f"batch size {cfg.batch_size} does not split over {accelerator.num_processes} processes",
                         "pick a --batch-size that is a multiple of the process count")
@@ -220,24 +207,14 @@ def train(data: str | os.PathLike, ae: str | os.PathLike, out: str | os.PathLike
     accelerator.wait_for_everyone()
     windows = LatentWindows(store, cache, train_recs, cfg.context)
     batched = DeviceWindows(windows, accelerator.device) if cfg.batched_data else None
-    torch.manual_seed(cfg.seed)  # the initial weights, the same in every process and every rerun
-    net = build_network(cfg, codec, len(spec.action_set))
-    opt = torch.optim.Adafactor(net.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
-    ema = EMAModel(net.parameters(), decay=cfg.ema_decay)
-    start, losses = 0, []
-    state = run.resume(warn if main else (lambda m: None))
-    if state is not None:
-        net.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        ema.load_state_dict(state["ema"])
-        checkpoint.set_rng_state(state["rng"])
-        start, losses = int(state["step"]), list(state["losses"])
+    net, opt, ema, start, losses = _build_or_resume(cfg, codec, len(spec.action_set), run,
+                                                    warn if main else (lambda m: None))
     net, opt = accelerator.prepare(net, opt)
     ema.to(accelerator.device)
     plain = accelerator.unwrap_model(net)
     denoiser = Denoiser(plain, cfg.denoiser)
-    world, rank = accelerator.num_processes, accelerator.process_index
-    per = cfg.batch_size // world
+    rank = accelerator.process_index
+    per = cfg.batch_size // accelerator.num_processes  # this process's share of the global batch
     latent_shape = codec.latent_shape()
     writer = None
     if main:
@@ -294,6 +271,44 @@ def train(data: str | os.PathLike, ae: str | os.PathLike, out: str | os.PathLike
             export_model(plain, codec, out / "model", cfg, spec, len(losses), data)
     accelerator.end_training()
     return losses
+
+
+def _open_inputs(data: Path, ae: Path, cfg: TrainConfig):
+    """The autoencoder, the store (checked against each other) and the training episodes."""
+    from ..models.autoencoder import FrameCodec
+
+    codec = FrameCodec.load(ae)
+    store = Store.open(data)
+    spec = store.spec
+    if (spec.height, spec.width) != (codec.height, codec.width):
+        raise UserError(f"store {data} has {spec.width}x{spec.height} frames, the AE in {ae} was made for "
+                        f"{codec.width}x{codec.height}", "train an AE on this store with `gamengen train-ae`")
+    if codec.meta.get("actions") not in (None, list(spec.action_set.names)):
+        raise UserError(f"store {data} has actions {list(spec.action_set.names)}, the AE was trained on a game with "
+                        f"{codec.meta['actions']}", "use an AE trained on this game's store")
+    train_recs = subset(split(store.episodes(), cfg.heldout)[0], cfg.max_frames, cfg.seed)
+    if not train_recs:
+        raise UserError(f"store {data} has no training episodes", "record some with `gamengen record`")
+    return codec, store, train_recs
+
+
+def _build_or_resume(cfg: TrainConfig, codec, n_actions: int, run: RunFolder, warn):
+    """The network, its optimizer and EMA, fresh or from the run's newest checkpoint; -> (net, opt,
+    ema, first step, losses so far)."""
+    from diffusers.training_utils import EMAModel
+
+    torch.manual_seed(cfg.seed)  # the initial weights, the same in every process and every rerun
+    net = build_network(cfg, codec, n_actions)
+    opt = torch.optim.Adafactor(net.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
+    ema = EMAModel(net.parameters(), decay=cfg.ema_decay)
+    state = run.resume(warn)
+    if state is None:
+        return net, opt, ema, 0, []
+    net.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    ema.load_state_dict(state["ema"])
+    checkpoint.set_rng_state(state["rng"])
+    return net, opt, ema, int(state["step"]), list(state["losses"])
 
 
 class ema_weights:
