@@ -218,3 +218,24 @@ def test_sigkill_during_training_then_resume(tmp_path):
     assert json.loads((run / "checkpoint" / "checkpoint.json").read_text())["frames"] == 1536
     assert cli("data", "verify", run / "store").returncode == 0
     assert not list((run / "checkpoint").glob("*.tmp*"))
+
+
+@pytest.mark.parametrize("scenario", ["basic", "defend_the_center"])
+def test_the_agent_trains_on_builtin_scenarios_with_their_own_reward(scenario, tmp_path):
+    """ViZDoom reports the paper's variables on any map, so the shaped reward applies to scenarios;
+    the scenario's own reward (its goal) is added, weighted by game_reward."""
+    env = DoomAgentEnv(AgentEnvConfig(env_id=f"vizdoom:scenario/{scenario}", repeat_prob=0.0))
+    try:
+        env.reset(seed=0)
+        _, reward, *_ = env.step(0)  # NOOP for `hold` tics: no shaped event, the scenario's living reward
+        living = {"basic": -1.0, "defend_the_center": 0.0}[scenario]  # per tic, from the scenario's .cfg
+        assert reward == pytest.approx(env.config.game_reward * living * env.config.hold)
+    finally:
+        env.close()
+    out = tmp_path / "run"
+    res = cli("agent", "--env", f"vizdoom:scenario/{scenario}", "--steps", "128", "--n-envs", "2", "--n-steps", "16",
+              "--n-epochs", "1", "--batch-size", "32", "--vec-env", "inprocess", "--eval-every", "1000000",
+              "--out", out)
+    assert res.returncode == 0, res.stderr
+    assert (out / "policy" / "model.safetensors").exists()
+    assert json.loads((out / "config.json").read_text())["env"]["env_id"] == f"vizdoom:scenario/{scenario}"

@@ -35,6 +35,9 @@ class AgentEnvConfig:
     max_episode_frames: int = 2048  # episodes are cut (truncated) here: ~58 s of DOOM
     seed: int = 0
     reward: RewardConfig = field(default_factory=RewardConfig)
+    # Weight of the game's own reward, added to the shaped one: a ViZDoom scenario's goal (basic:
+    # +101 for the kill, -1 a tic) at about the scale of the paper's +1,000 per kill; Freedoom maps give 0.
+    game_reward: float = 10.0
 
 
 def to_observation(step: Step, history: np.ndarray, automap_pool: int = 1) -> dict[str, np.ndarray]:
@@ -133,7 +136,8 @@ class DoomAgentEnv(gym.Env):
             cut = not done and self.frames >= cfg.max_episode_frames
             if self.writer is not None:
                 self.writer.add(cur.frame, action, nxt.reward, nxt.terminated, nxt.truncated or cut, cur.variables)
-            reward += self.reward_fn.step(nxt.variables)
+            # the shaped reward of App. A.3, plus the game's own (a scenario's goal; 0 on Freedoom maps)
+            reward += self.reward_fn.step(nxt.variables) + cfg.game_reward * nxt.reward
             self.step_obs = nxt
             if done or cut:
                 break

@@ -70,8 +70,10 @@ class VizdoomEnv:
                 raise UserError(f"scenario '{name}' uses analog (delta) buttons", "pick a scenario with binary buttons")
             # NOOP plus one action per button of the scenario
             actions = {"NOOP": (), **{b: (b,) for b in buttons}}
+            # the scenario's own variables, then every one a Freedoom map reports: ViZDoom keeps them on
+            # any map, so the agent's shaped reward (paper App. A.3) works on scenarios too
             variables = tuple(v.name for v in game.get_available_game_variables())
-            variables += tuple(v for v in ("POSITION_X", "POSITION_Y", "ANGLE") if v not in variables)
+            variables += tuple(v for v in DOOM_VARIABLES if v not in variables)
         else:
             raise UserError(
                 f"unknown ViZDoom target '{target}'",
