@@ -239,3 +239,14 @@ def test_the_agent_trains_on_builtin_scenarios_with_their_own_reward(scenario, t
     assert res.returncode == 0, res.stderr
     assert (out / "policy" / "model.safetensors").exists()
     assert json.loads((out / "config.json").read_text())["env"]["env_id"] == f"vizdoom:scenario/{scenario}"
+
+
+def test_a_freedoom_run_from_before_the_game_reward_resumes(tiny_run, tmp_path):
+    run = tmp_path / "old"
+    shutil.copytree(tiny_run[0], run)
+    settings = json.loads((run / "config.json").read_text())
+    del settings["env"]["game_reward"]  # as written before the field existed
+    (run / "config.json").write_text(json.dumps(settings))
+    res = cli(*TINY_AGENT, "--out", run, "--steps", "2048")  # already there: resumes and exports
+    assert res.returncode == 0, res.stderr
+    assert json.loads((run / "config.json").read_text())["env"]["game_reward"] == 10.0

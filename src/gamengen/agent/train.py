@@ -186,11 +186,18 @@ def _prepare_run(out: Path, cfg: AgentConfig) -> dict:
         exported = export_config(cfg, probe)
         if (out / "checkpoint" / "ppo.zip").exists():
             check_checkpoint(out / "checkpoint", exported["actions"])
-        RunFolder(out, cfg.to_json()).open()
+        RunFolder(out, cfg.to_json(), upgrade=_add_game_reward).open()
         Store.create_or_open(out / "store", spec_of(probe.game, images=()))  # once here, before the workers race
     finally:
         probe.close()
     return exported
+
+
+def _add_game_reward(old: dict) -> None:
+    """Runs started before the game's own reward counted (AgentEnvConfig.game_reward) resume: they
+    trained on Freedoom maps, whose game reward is 0, so any weight gives them the same reward."""
+    if "env_id" in old.get("env", {}) and old["env"]["env_id"].startswith("vizdoom:freedoom"):
+        old["env"].setdefault("game_reward", AgentEnvConfig().game_reward)
 
 
 def _load_or_create_model(out: Path, cfg: AgentConfig, venv):
