@@ -106,9 +106,12 @@ class Denoiser:
         settings are the model's: models/world_model.SamplerConfig).
 
         Both branches run as one batch of 2B (docs/performance.md: fewer, larger matmuls)."""
+        w, bucket = self.sampling_conditions(context.shape[0], guidance, noise_level)
+        return self.guided_by_bucket(context, actions, bucket.to(context.device), w)
+
+    def guided_by_bucket(self, context: torch.Tensor, actions: torch.Tensor, bucket: torch.Tensor, w: float) -> VModel:
+        """``guided`` with the noise buckets (B,) and the CFG weight already worked out."""
         B = context.shape[0]
-        w, bucket = self.sampling_conditions(B, guidance, noise_level)
-        bucket = bucket.to(context.device)
         if w == 1.0:
             return lambda x, t: self.net(x, t.expand(B), context, actions, bucket)
         ctx2 = torch.cat([context, torch.zeros_like(context)])  # the unconditional branch: no history

@@ -30,16 +30,10 @@ class EagerPath:
 
     @torch.no_grad()
     def frame(self, context, actions, bucket, guidance, noise):
-        from ..diffusion.denoiser import cfg_pair
         from ..diffusion.sampling import solve
 
-        net, B = self.denoiser.net, context.shape[0]
         t0 = time.perf_counter()
-        if guidance == 1.0:
-            model = lambda x, t: net(x, t.expand(B), context, actions, bucket)  # noqa: E731
-        else:
-            ctx2, act2, bucket2 = torch.cat([context, torch.zeros_like(context)]), actions.repeat(2, 1), bucket.repeat(2)
-            model = lambda x, t: cfg_pair(lambda x2, t2: net(x2, t2, ctx2, act2, bucket2), x, t, guidance)  # noqa: E731
+        model = self.denoiser.guided_by_bucket(context, actions, bucket, guidance)
         z = solve(model, noise, self.schedule, self.denoiser.alphas_cumprod)
         t1 = time.perf_counter()
         frames = self.codec.decode(z)

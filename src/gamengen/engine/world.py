@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ..errors import UserError
+from .runtime import FrameRuntime
 
 
 @dataclass
@@ -54,7 +55,7 @@ class NeuralWorld:
         self.schedule = self.denoiser.schedule(self.solver, self.steps)
         self.guidance = float(_given(c.guidance, model.sampler.guidance))
         self.noise_level = float(_given(c.noise_level, model.sampler.context_noise_level))
-        self.runtime = self._runtime(model.net)  # engine/runtime.py: eager reference or ONNX fast path
+        self.runtime: FrameRuntime = self._runtime(model.net)  # eager reference or ONNX fast path
         self.actions = model.meta.actions
         self.n_actions = len(self.actions)
         self.generator = torch.Generator().manual_seed(0)
