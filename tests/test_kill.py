@@ -1,4 +1,7 @@
-"""Fault test: SIGKILL the recorder (all its processes) at random moments, then check and resume."""
+"""Fault test: SIGKILL the recorder (all its processes) at random moments, then check and resume.
+
+The moments are drawn in episodes finished, not seconds, so the test kills as often on a fast idle
+machine as on a slow busy one (a time-based version once saw the recording end after 4 kills)."""
 
 import os
 import signal
@@ -20,6 +23,30 @@ def start(out):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def finished_episodes(out) -> int:
+    """Episode folders the recorder has renamed into place (what a kill can no longer lose)."""
+    if not out.exists():
+        return 0
+    return sum(1 for shard in out.iterdir() if shard.is_dir()
+               for d in shard.iterdir() if d.is_dir() and not d.name.startswith(TMP_PREFIX))
+
+
+def kill_after(proc, out, episodes: int, extra_s: float, timeout_s: float = 120.0) -> bool:
+    """SIGKILL the recorder's group once ``episodes`` more episodes are finished, plus ``extra_s``
+    seconds (so kills also land mid-episode). False if it ended first."""
+    target, deadline = finished_episodes(out) + episodes, time.monotonic() + timeout_s
+    while finished_episodes(out) < target and time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.02)
+    time.sleep(extra_s)
+    if proc.poll() is not None:
+        return False
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return True
+
+
 def contents(store):
     """Episode path -> (actions, frames digest), read through the store's public reader."""
     out = {}
@@ -38,11 +65,9 @@ def test_sigkill_at_random_moments_then_resume(tmp_path):
     seen_progress = []
     for attempt in range(12):
         proc = start(out)
-        time.sleep(float(rng.uniform(0.7, 2.0)))
-        if proc.poll() is not None:  # finished before the kill: the store is complete
-            break
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        # 20,000 steps are ~133 episodes of 150; at most 12 x 6 of them pass before the last kill
+        if not kill_after(proc, out, int(rng.integers(0, 6)), float(rng.uniform(0.0, 0.3))):
+            break  # finished before the kill: the store is complete
         kills += 1
         if not (out / "store.json").exists():
             continue
