@@ -73,3 +73,15 @@ def test_bench_record_prints_both_figures():
     res = cli("bench", "record", "--env", "toy:cursor", "--steps", "2000", "--json", check=True)
     figures = json.loads(res.stdout)
     assert figures["frames"] == 2000 and {"env_fps", "store_fps", "store_fps_steady"} <= set(figures)
+
+
+def test_bench_play_reports_speed_against_the_games_own_clock():
+    from pathlib import Path
+
+    model = Path(__file__).resolve().parents[1] / "models" / "freedoom-e1m1-1step"
+    res = cli("bench", "play", "--model", model, "--frames", "4", "--json", check=True)
+    r = json.loads(res.stdout[res.stdout.index("{"):])
+    assert r["frame_skip"] == 1 and r["game_fps"] == 35.0
+    for runtime in ("onnx", "torch"):  # real time: frames per second over the game's 35 per second
+        assert r[runtime]["real_time"] == pytest.approx(r[runtime]["fps"] / 35.0)
+        assert r[runtime]["latency_ms"]["p95"] >= r[runtime]["latency_ms"]["p50"] > 0

@@ -111,6 +111,7 @@ def test_eval_report_on_the_toy_model(toy, toy_model, standin_i3d, tmp_path):
     assert len(ar["model"]["mean"]) == len(ar["frozen"]["mean"]) == 32
     assert ar["model"]["mean"][0] > 25  # step 1 is a teacher-forced prediction (the toy model scores ~33 dB)
     assert r["long_rollout"]["steps"] == 300 and len(r["long_rollout"]["stats"]) == 300
+    assert set(r["long_rollout"]["status_bar_db"]["at"]) == {"100", "300"}  # 1000 is past this rollout
     af = r["action_following"]
     assert af["contexts"] == 8 and af["accuracy"] > af["chance"], af
     assert r["fvd"]["n_clips"] == 3 and "fvd16" in r["fvd"] and "fvd32" in r["fvd"]
@@ -220,3 +221,33 @@ def test_ablations_train_and_report_their_variants(toy, toy_model, tmp_path):
     assert "agent − random" in (tmp_path / "dp" / "ablation.md").read_text()
     bad = cli("ablate", "sideways", "--data", toy / "store", "--out", tmp_path / "x")
     assert bad.returncode == 2 and "unknown ablation" in bad.stderr
+
+
+def test_eval_ae_ceiling_beside_copy_last(toy, doom_store, tmp_path):
+    out = tmp_path / "ae"
+    res = cli("eval", "ae", "--ae", toy / "ae", "--data", toy / "store", "--out", out, "--samples", "40",
+              "--heldout", "0.3", check=True)
+    assert "autoencoder ceiling" in res.stdout
+    r = json.loads((out / "ae.json").read_text())
+    assert r["all"]["ae"]["n"] == 40 and r["moving"]["ae"]["n"] == r["moving"]["copy_last"]["n"] > 0
+    # the tiny AE reconstructs the toy game far better than the last frame predicts it
+    assert r["moving"]["ae"]["mean"] > r["moving"]["copy_last"]["mean"] + 3, r["moving"]
+    assert (out / "ae_strip.png").stat().st_size > 500
+    bad = cli("eval", "ae", "--ae", toy / "ae", "--data", doom_store, "--out", tmp_path / "bad")
+    assert bad.returncode == 2 and "160x120 frames" in bad.stderr and "32x32" in bad.stderr, bad.stderr
+    assert not (tmp_path / "bad").exists()
+
+
+def test_status_bar_match_tells_real_frames_from_blobs(doom_store):
+    from gamengen.data.store import Store
+    from gamengen.eval.rollout import StatusBarMatch
+
+    store = Store.open(doom_store)
+    eps = [np.asarray(store.open_episode(r)["frames"][::4]) for r in store.episodes()]
+    match = StatusBarMatch(np.concatenate(eps[:-1]))
+    real = eps[-1]  # an episode the bank does not hold
+    # the dissolved look: detail gone below 16-pixel blobs, colours kept
+    t = torch.from_numpy(real).permute(0, 3, 1, 2).float()
+    blobs = torch.nn.functional.interpolate(torch.nn.functional.avg_pool2d(t, 16), size=real.shape[1:3],
+                                            mode="bilinear").round().byte().permute(0, 2, 3, 1).numpy()
+    assert match(real).mean() > match(blobs).mean() + 6, (match(real).mean(), match(blobs).mean())

@@ -406,3 +406,28 @@ def test_ghost_mode_shows_both_views_in_chromium(ghost_server, browser, tmp_path
     views = hold_and_play(page, "ArrowUp", 20, start=len(WorldModel.load_starts(BUNDLED)) - 1)
     assert set(views) == {"view-model", "view-real"}
     save_screenshot(page, tmp_path, "ghost.png")
+
+
+def test_ghost_plays_the_real_game_at_the_models_frame_skip(tmp_path):
+    """A model trained at frame skip 2 is one neural step per two game tics: the real game beside it
+    must step two tics, and the page must pace at 17.5 steps per second, not DOOM's 35."""
+    import shutil
+
+    from gamengen.play.players import neural_player
+
+    model = tmp_path / "skip2"
+    shutil.copytree(BUNDLED, model)
+    card = json.loads((model / "gamengen_wm.json").read_text())
+    card["meta"].update(frame_skip=2, fps=17.5)
+    (model / "gamengen_wm.json").write_text(json.dumps(card))
+    assert neural_player(BUNDLED).fps == 35.0
+    player = neural_player(model, ghost=True)
+    assert player.fps == 17.5
+    game = player.make_game()
+    try:
+        game.reset(0)
+        tic = game.real.env._game.get_episode_time()
+        game.step(0)
+        assert game.real.env._game.get_episode_time() - tic == 2
+    finally:
+        game.close()

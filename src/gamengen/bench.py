@@ -131,14 +131,18 @@ def bench_play(model_dir, frames: int = 200, steps: int | None = None, report=la
 
     from .models.world_model import WorldModel
 
-    _, sampler = WorldModel.read_meta(model_dir)
+    meta, sampler = WorldModel.read_meta(model_dir)
     steps = steps or sampler.steps
     out = {"machine": machine(), "threads": torch.get_num_threads(), "model": str(model_dir), "ddim_steps": steps,
-           "guidance": sampler.guidance, "frames": frames}
+           "guidance": sampler.guidance, "frames": frames, "frame_skip": meta.frame_skip, "game_fps": meta.fps}
     out["start_s"] = start_to_first_frame(model_dir, steps)
     for runtime in ("onnx", "torch"):
         out[runtime] = _play_through_server(model_dir, frames, steps, runtime, report)
     out["onnx_vs_torch"] = out["onnx"]["fps"] / out["torch"]["fps"]
+    # the game's own clock: a frame is frame_skip tics, and real time is the game's rate
+    # (DOOM: 35 tics/s; issue 17's target 6)
+    for runtime in ("onnx", "torch"):
+        out[runtime]["real_time"] = out[runtime]["fps"] / meta.fps
     return out
 
 

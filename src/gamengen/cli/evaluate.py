@@ -77,6 +77,50 @@ def eval_cmd(
     typer.echo(f"wrote {out}/report.md, report.html and report.json")
 
 
+@eval_app.command("ae")
+def eval_ae_cmd(
+    ae: Path = typer.Option(..., help="Autoencoder folder (from `gamengen train-ae`, or a model's ae/)."),
+    data: Path = typer.Option(..., help="A store of its game; only held-out episodes are read."),
+    out: Path = typer.Option(..., "--out", help="Folder for ae.json and ae_strip.png."),
+    samples: int = typer.Option(256, help="Held-out frames."),
+    heldout: float = typer.Option(0.1, help="Share of the store's episodes held out (training's split)."),
+    seed: int = typer.Option(0),
+):
+    """The autoencoder's ceiling: reconstruction PSNR on held-out frames, all and moving, beside copy-last."""
+    import numpy as np
+
+    from ..atomic import write_json_atomic, write_png
+    from ..data.latents import split
+    from ..data.store import Store
+    from ..eval.autoencoder import AECeilingConfig, ae_ceiling
+    from ..models.autoencoder import FrameCodec
+
+    if samples < 1:
+        raise UserError(f"--samples must be at least 1, got {samples}", "pass a positive --samples")
+    codec = FrameCodec.load(ae)
+    store = Store.open(data)
+    if (store.spec.height, store.spec.width) != (codec.height, codec.width):
+        raise UserError(f"{data} holds {store.spec.width}x{store.spec.height} frames, the autoencoder in {ae} "
+                        f"takes {codec.width}x{codec.height}", "pass a store of the autoencoder's game")
+    held = [r for r in split(store.episodes(), heldout)[1] if r.length >= 2]
+    if not held:
+        raise UserError(f"store {data} has no held-out episode of 2 frames or more", "record more episodes into it")
+    with progress_bar("frames", samples) as advance:
+        res = ae_ceiling(codec, store, held, AECeilingConfig(samples, seed), advance)
+    out.mkdir(parents=True, exist_ok=True)
+    write_png(out / "ae_strip.png", np.concatenate(res.pop("strips"), axis=0))
+    write_json_atomic(out / "ae.json", {"ae": str(ae), "data": str(data), **res})
+    fmt = lambda s: f"{s['mean']:.2f} ± {s['std']:.2f}" if s.get("n") else "-"  # noqa: E731
+    table = Table(title=f"autoencoder ceiling, {res['samples']} held-out frames, latents {res['latent_shape']}")
+    for col in ("frames", "n", "AE PSNR", "copy-last PSNR", "AE status-bar PSNR"):
+        table.add_column(col)
+    for name in ("all", "moving"):
+        r = res[name]
+        table.add_row(name, str(r["ae"].get("n", 0)), fmt(r["ae"]), fmt(r["copy_last"]), fmt(r["ae_status_bar"]))
+    stdout.print(table)
+    typer.echo(f"wrote {out}/ae.json and ae_strip.png (each row: truth | reconstruction)")
+
+
 @eval_app.command("ab")
 def eval_ab_cmd(
     out: Path = typer.Option(..., "--out", help="Folder of the test: clips, ab.json (the key), answers.jsonl."),

@@ -34,7 +34,7 @@ def play(
     if window:
         from ..play.window import run_window
 
-        run_window(player, fps=config.fps)
+        run_window(player, fps=player.fps)
         return
     run_server(player, config, open_browser)
 

@@ -29,6 +29,16 @@ def psnr(pred: np.ndarray, truth: np.ndarray) -> float:
     return min(MAX_DB, float(peak_signal_noise_ratio(_float(pred), _float(truth), data_range=255.0)))
 
 
+# DOOM's status bar is the bottom 32 of its 200 rows, 1/6 of the frame at any of our resolutions
+STATUS_BAR_SHARE = 32 / 200
+
+
+def status_bar(frame: np.ndarray) -> np.ndarray:
+    """The bottom rows that hold DOOM's status bar, of (..., H, W, 3) frames."""
+    h = frame.shape[-3]
+    return frame[..., h - round(h * STATUS_BAR_SHARE):, :, :]
+
+
 def ssim(pred: np.ndarray, truth: np.ndarray) -> float:
     """SSIM of two (H, W, 3) uint8 frames (torchmetrics' Gaussian window)."""
     from torchmetrics.functional.image import structural_similarity_index_measure

@@ -226,11 +226,19 @@ def _long_rollout(res: dict, out: Path) -> list[tuple]:
         b.append(("p", "z: distance of the window's mean from the real frames' mean, in real standard deviations. "
                        "A rollout that collapses to a flat or blurred picture shows as contrast and sharpness "
                        "falling far below the real range."))
+        sb = lr.get("status_bar_db")
+        if sb and sb["real"].get("n"):
+            b.append(("p", "Drift statistic: PSNR of the status bar against the closest real status bar of "
+                           f"held-out frames. Real frames score {sb['real']['mean']:.1f} dB (± {sb['real']['std']:.1f}); "
+                           "the rollout, mean of the 10 steps ending at step "
+                      + ", ".join(f"{k} ({int(k) / sb['fps']:.0f} s): {v:.1f} dB" for k, v in sb["at"].items())
+                      + "."))
         _plot_long(lr, out / "long_rollout.png")
         b.append(("img", "long_rollout.png", "frame statistics over the rollout against the real frames' range"))
         write_png(out / "long_rollout_strip.png", np.concatenate([f for _, f in lr["snapshots"]], axis=1))
         b.append(("img", "long_rollout_strip.png",
-                  "frames at steps " + ", ".join(f"{s:,}" for s, _ in lr["snapshots"])))
+                  "frames at steps " + ", ".join(f"{s:,}" for s, _ in lr["snapshots"])
+                  + (f" ({sb['fps']:g} steps per second of play)" if sb else "")))
     return b
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .heldout import context_at
-from .metrics import psnr, ssim, summary
+from .metrics import psnr, ssim, status_bar, summary
 
 STRIP_STEPS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -83,6 +83,28 @@ def frame_stats(frames: np.ndarray) -> np.ndarray:
 STAT_NAMES = ("brightness", "contrast", "sharpness")
 
 
+class StatusBarMatch:
+    """Drift statistic (issue 17): PSNR of a frame's status bar against the closest real status bar
+    in a bank of held-out frames. Real frames score high (the bar's layout never changes, only a
+    few digits and the face do); the blob texture of a dissolved rollout scores low, whatever the
+    game state, so no ground truth at step k is needed."""
+
+    def __init__(self, bank: np.ndarray):  # bank: (N, H, W, 3) uint8 real frames
+        b = status_bar(bank).reshape(len(bank), -1).astype(np.float32)
+        self.bank, self.sq = b, (b * b).sum(1)
+
+    def __call__(self, frames: np.ndarray) -> np.ndarray:
+        """(n, H, W, 3) -> (n,) dB against each frame's nearest bank bar."""
+        x = status_bar(frames).reshape(len(frames), -1).astype(np.float32)
+        d = (x * x).sum(1)[:, None] + self.sq[None] - 2 * x @ self.bank.T  # squared distances (n, N)
+        mse = np.maximum(d.min(1), 1e-6) / x.shape[1]
+        return np.minimum(10 * np.log10(255.0 ** 2 / mse), 100.0)
+
+
+DRIFT_AT = (100, 300, 1000)  # steps where the drift statistic is quoted (issue 17)
+STRIP_SECONDS = (1, 3, 10, 30)  # play time of the long-rollout snapshots
+
+
 def long_rollout(world, store, heldout, cfg: RolloutConfig, report=lambda n: None, window: int = 250) -> dict:
     """Play ``long_steps`` steps from a held-out start with held-out actions (episodes' action
     sequences one after another, so the action statistics are real play's)."""
@@ -92,24 +114,29 @@ def long_rollout(world, store, heldout, cfg: RolloutConfig, report=lambda n: Non
         rec = heldout[int(i)]
         g = store.open_episode(rec)
         idx = np.sort(rng.choice(rec.length, size=min(rec.length, 64), replace=False))
-        real.append(frame_stats(np.stack([np.asarray(g["frames"][int(t)]) for t in idx])))
-    real = np.concatenate(real)
+        real.append(np.stack([np.asarray(g["frames"][int(t)]) for t in idx]))
+    # the drift statistic's bank is every other episode; the rest say what real frames score
+    bars = StatusBarMatch(np.concatenate(real[::2]))
+    real_bars = bars(np.concatenate(real[1::2])) if len(real) > 1 else np.zeros(0)
+    real = np.concatenate([frame_stats(f) for f in real])
     lo, hi = np.percentile(real, 1, axis=0), np.percentile(real, 99, axis=0)
     acts = np.concatenate([np.asarray(store.open_episode(r)["actions"], np.int64) for r in heldout])
     rec = heldout[int(rng.integers(len(heldout)))]
     t0 = min(rec.length - 1, world.context)
     frames, actions = context_at(store, rec, t0, world.context)
     world.reset(frames, actions, seed=cfg.seed + 12345)
-    stats, snapshots = [], []
+    snap_at = {1, 10, 100, 300, 1000, 10_000} | {max(1, round(store.spec.fps * s)) for s in STRIP_SECONDS}
+    stats, bar_db, snapshots = [], [], []
     for i in range(cfg.long_steps):
         f = world.step(int(acts[i % len(acts)]))
         stats.append(frame_stats(f[None])[0])
-        if (i + 1) in (1, 10, 100, 1000, 10_000) or i + 1 == cfg.long_steps:
+        bar_db.append(float(bars(f[None])[0]))
+        if (i + 1) in snap_at or i + 1 == cfg.long_steps:
             snapshots.append((i + 1, f))
         if (i + 1) % 50 == 0:
             report(50)
     report(cfg.long_steps % 50)
-    s = np.asarray(stats)
+    s, bar_db = np.asarray(stats), np.asarray(bar_db)
     inside = np.all((s >= lo) & (s <= hi), axis=1)
     w = [(a, min(a + window, len(s))) for a in range(0, len(s), window)]
     return {
@@ -119,6 +146,9 @@ def long_rollout(world, store, heldout, cfg: RolloutConfig, report=lambda n: Non
         "windows": [{"from": a, "to": b, "mean": s[a:b].mean(0).tolist(), "inside": float(inside[a:b].mean()),
                      "z": ((s[a:b].mean(0) - real.mean(0)) / (real.std(0) + 1e-6)).tolist()} for a, b in w],
         "inside_first": float(inside[:window].mean()), "inside_last": float(inside[-window:].mean()),
+        # the drift statistic at DRIFT_AT, each the mean of the 10 steps ending there
+        "status_bar_db": {"real": summary(real_bars), "fps": store.spec.fps,
+                          "at": {str(k): float(bar_db[k - 10:k].mean()) for k in DRIFT_AT if k <= len(bar_db)}},
         "stats": s.tolist(), "snapshots": snapshots,  # snapshots are images, not JSON
     }
 

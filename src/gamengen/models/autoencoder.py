@@ -52,6 +52,11 @@ AE_PRESETS = {
     # The same decoder cost with twice the latent channels (issue 17's latent-channel lever); padded
     # for U-Nets that halve the latents twice.
     "cpu-16ch": AEConfig(latent_channels=16, pad_multiple=32),
+    # Issue 17's downsampling lever: 4x instead of 8x at the same 12x compression as cpu-16ch
+    # (40x30 latents of 4 channels), so space and channels can be compared at equal numbers.
+    "cpu-4x": AEConfig(block_out_channels=(16, 32, 64), latent_channels=4),
+    # Issue 17's capacity lever: every stage twice as wide (about 4x the decode cost).
+    "cpu-wide": AEConfig(block_out_channels=(16, 32, 64, 128), latent_channels=8),
     # SD-v1's VAE architecture; pass --pretrained <sd-v1-4>/vae to start from its weights (§3.2.2)
     "paper": AEConfig(block_out_channels=(128, 256, 512, 512), layers_per_block=2, norm_num_groups=32,
                       pad_multiple=64),

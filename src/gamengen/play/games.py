@@ -72,8 +72,10 @@ class RealGame:
 
     views = ("real",)
 
-    def __init__(self, env_id: str, height: int, width: int, starts: list[Start] | None = None, recording=None):
-        self.env = make_env(env_id, EnvConfig(height=height, width=width))
+    def __init__(self, env_id: str, height: int, width: int, starts: list[Start] | None = None, recording=None,
+                 frame_skip: int = 1):
+        # the model's frame skip: one neural step is this many game tics (docs/world_model.md)
+        self.env = make_env(env_id, EnvConfig(height=height, width=width, frame_skip=frame_skip))
         self.starts, self.recording = starts, recording
         self.obs = None
         self.ended = False  # the episode is over; its last frame stays on screen until a reset

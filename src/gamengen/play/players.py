@@ -31,11 +31,13 @@ def neural_player(model_dir: Path, ghost: bool = False, keymap: Path | None = No
 
     def make_game():
         game = NeuralGame(world, starts)
-        return GhostGame(game, RealGame(meta.env_id, meta.height, meta.width, starts)) if ghost else game
+        return GhostGame(game, RealGame(meta.env_id, meta.height, meta.width, starts,
+                                                    frame_skip=meta.frame_skip)) if ghost else game
 
     info = {"model": Path(model_dir).name, "context": meta.context, "DDIM steps": world.steps}
     return Player(make_game, ActionResolver(_keymap(meta.env_id, keymap), action_set), len(starts),
-                  html.escape(f"{meta.env_id}, learned" + (" (ghost: real game beside it)" if ghost else "")), info)
+                  html.escape(f"{meta.env_id}, learned" + (" (ghost: real game beside it)" if ghost else "")), info,
+                  fps=meta.fps)
 
 
 def human_player(env_id: str, out: Path, height: int, width: int, seed: int = 0, keymap: Path | None = None):
@@ -51,5 +53,5 @@ def human_player(env_id: str, out: Path, height: int, width: int, seed: int = 0,
         return RealGame(env_id, height, width, recording=recording)
 
     player = Player(make_game, ActionResolver(_keymap(env_id, keymap), action_set), 1,
-                    html.escape(f"{env_id}, recording your play into {out}"), {"store": str(out)})
+                    html.escape(f"{env_id}, recording your play into {out}"), {"store": str(out)}, fps=env.fps)
     return player, recording

@@ -71,7 +71,7 @@ class ServerConfig:
     idle_timeout: float = 300.0  # seconds without a message before a socket is closed
     max_message: int = 4096  # bytes per client message
     jpeg_quality: int = 90
-    fps: float = 35.0  # frame pacing cap the page applies (DOOM's own tic rate)
+    fps: float | None = None  # frame pacing cap the page applies; None: the game's own rate (Player.fps)
     token: str = field(default_factory=lambda: secrets.token_urlsafe(16))
 
     def __post_init__(self):
@@ -90,6 +90,7 @@ class Player:
     n_starts: int
     title: str
     info: dict = field(default_factory=dict)  # shown on the page (model, steps, ...)
+    fps: float = 35.0  # the game's steps per second (DOOM: 35 tics / frame skip), the page's pacing
 
 
 def encode_jpeg(frame: np.ndarray, quality: int) -> bytes:
@@ -226,6 +227,7 @@ class Sessions:
 
     def __init__(self, player: Player, config: ServerConfig):
         self.player, self.config = player, config
+        self.fps = config.fps or player.fps
         self.compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gamengen-step")  # one model step at a time
         self.recordings = Path(tempfile.mkdtemp(prefix="gamengen-recordings-"))
         self.open = 0
@@ -256,7 +258,7 @@ class Sessions:
             game = await loop.run_in_executor(self.compute, player.make_game)
             await ws.send_text(json.dumps({
                 "type": "hello", "title": player.title, "views": list(game.views), "starts": player.n_starts,
-                "fps": self.config.fps, "keymap": player.resolver.keymap.to_json(),
+                "fps": self.fps, "keymap": player.resolver.keymap.to_json(),
                 "actions": list(player.resolver.names), "info": player.info}))
             await self.serve(ws, game, loop)
         except WebSocketDisconnect:
@@ -271,7 +273,7 @@ class Sessions:
         if not recorded:
             return {"type": "recording", "url": None, "note": "nothing recorded"}
         name = f"{secrets.token_urlsafe(12)}.mp4"
-        await loop.run_in_executor(None, write_recording, self.recordings / name, recorded, self.config.fps)
+        await loop.run_in_executor(None, write_recording, self.recordings / name, recorded, self.fps)
         return {"type": "recording", "url": f"recording/{name}?token={self.config.token}"}
 
     async def receive(self, ws, started: bool) -> dict | None:
