@@ -69,3 +69,27 @@ def test_ddim_and_euler_reach_the_same_samples_of_a_vp_model():
     d = vp_denoised(model, ALPHAS)
     x = torch.ones(1, 1, 1, 1)
     torch.testing.assert_close(d(x, 1.0), torch.full_like(x, 0.25 / 1.25), atol=2e-3, rtol=2e-3)  # E[x0|x] at sigma 1
+
+
+def test_lognormal_timesteps_follow_edms_sigma_distribution():
+    """--timesteps lognormal: ln(sigma) ~ N(-0.4, 1.2^2) (EDM), on the same VP schedule's timesteps;
+    uniform stays the paper's draw over [0, T)."""
+    from gamengen.diffusion.denoiser import DenoiserConfig, TrainingNoise, draw_timesteps
+    from gamengen.diffusion.sampling import vp_sigmas
+
+    sigmas = torch.tensor(vp_sigmas(scaled_linear_alphas()))
+    t = draw_timesteps(DenoiserConfig(timesteps="lognormal"), 50_000, torch.Generator().manual_seed(0))
+    log_sigma = sigmas[t].log()
+    assert abs(log_sigma.mean().item() + 0.4) < 0.05 and abs(log_sigma.std().item() - 1.2) < 0.05
+    u = draw_timesteps(DenoiserConfig(), 50_000, torch.Generator().manual_seed(0))
+    assert abs(u.float().mean().item() - 499.5) < 5 and u.min() == 0 and u.max() == 999
+    # per-sample draws (the CPU path) and batched draws (the GPU path) both use it
+    gens = [torch.Generator().manual_seed(i) for i in range(4)]
+    draws = TrainingNoise.draw(gens, (2, 3, 3), 2, DenoiserConfig(timesteps="lognormal"))
+    assert draws.timesteps.shape == (4,) and draws.timesteps.dtype == torch.int64
+    try:
+        DenoiserConfig(timesteps="cosine")
+    except ValueError as e:
+        assert "lognormal" in str(e)
+    else:
+        raise AssertionError("an unknown draw was accepted")

@@ -58,6 +58,8 @@ def train(
     max_frames: Optional[int] = typer.Option(None, help="Train on a seeded subset of about this many frames."),
     learning_rate: Optional[float] = typer.Option(None),
     bf16: bool = typer.Option(False, help="bf16 autocast."),
+    timesteps: str = typer.Option("uniform", help="Training noise levels: uniform timesteps (paper) or "
+                                                  "lognormal (EDM's sigma distribution, as DIAMOND trains)."),
     batched_data: bool = typer.Option(False, help="Gather batches and draw noise on the training device (for GPUs)."),
     checkpoint_every: Optional[int] = typer.Option(None),
     sample_every: Optional[int] = typer.Option(None),
@@ -65,13 +67,20 @@ def train(
     max_minutes: Optional[float] = typer.Option(None, help="Stop after about this many minutes, exporting the model at the step reached (the same command resumes)."),
 ):
     """Train the action-conditioned diffusion world model. Works under `accelerate launch`."""
+    import dataclasses
+
+    from ..diffusion.denoiser import TIMESTEP_DRAWS
     from ..train.world_model import TrainConfig
     from ..train.world_model import train as run_train
+
+    if timesteps not in TIMESTEP_DRAWS:
+        raise UserError(f"--timesteps {timesteps} is not known", "pass one of: " + ", ".join(TIMESTEP_DRAWS))
 
     given = {"steps": steps, "batch_size": batch_size, "context": context, "learning_rate": learning_rate,
              "max_frames": max_frames, "max_minutes": max_minutes,
              "checkpoint_every": checkpoint_every, "sample_every": sample_every}
     cfg = TrainConfig.from_preset(preset, bf16=bf16, seed=seed, batched_data=batched_data, **{k: v for k, v in given.items() if v is not None})
+    cfg = dataclasses.replace(cfg, denoiser=dataclasses.replace(cfg.denoiser, timesteps=timesteps))
     with progress_bar(f"training ({preset} preset)", cfg.steps) as advance:
         losses = run_train(data, ae, out, cfg, step_reporter(advance),
                            warn=lambda m: typer.echo(f"warning: {m}", err=True))

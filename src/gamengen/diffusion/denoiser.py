@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import torch
 from diffusers import DDPMScheduler
 
-from .sampling import DDIMSchedule, SigmaSchedule, VModel, scaled_linear_alphas, solve, solver_schedule
+from .sampling import (DDIMSchedule, SigmaSchedule, VModel, scaled_linear_alphas, solve, solver_schedule,
+                       vp_sigmas)
 
 
 @dataclass
@@ -24,6 +25,32 @@ class DenoiserConfig:
     noise_buckets: int = 10  # paper §4.2
     context_dropout: float = 0.1  # paper §4.2
     num_train_timesteps: int = 1000
+    # Which noise levels training sees. "uniform": timesteps uniform over [0, T) as SD and the paper
+    # (§4.2). "lognormal": EDM's ln(sigma) ~ N(-0.4, 1.2^2) (Karras et al. 2022, as DIAMOND trains),
+    # mapped to the nearest timestep of the same schedule, so the network, the v target and the
+    # samplers are unchanged; it spends the steps on the middle noise levels few-step sampling visits.
+    timesteps: str = "uniform"
+
+    def __post_init__(self):
+        if self.timesteps not in TIMESTEP_DRAWS:
+            raise ValueError(f"timesteps must be one of {TIMESTEP_DRAWS}, got {self.timesteps!r}")
+
+
+TIMESTEP_DRAWS = ("uniform", "lognormal")
+EDM_P_MEAN, EDM_P_STD = -0.4, 1.2  # Karras et al. 2022, Table 1
+
+
+def draw_timesteps(cfg: DenoiserConfig, n: int | tuple = (), generator: torch.Generator | None = None,
+                   device=None) -> torch.Tensor:
+    """Training timesteps (int64, shape ``n``) by ``cfg.timesteps`` (see DenoiserConfig)."""
+    shape = (n,) if isinstance(n, int) else n
+    if cfg.timesteps == "uniform":
+        return torch.randint(0, cfg.num_train_timesteps, shape, generator=generator, device=device)
+    sigma = torch.exp(EDM_P_MEAN + EDM_P_STD * torch.randn(shape, generator=generator, device=device))
+    sigmas = torch.tensor(vp_sigmas(scaled_linear_alphas(cfg.num_train_timesteps)), device=sigma.device)
+    t = torch.searchsorted(sigmas, sigma).clamp(1, len(sigmas) - 1)
+    nearer_below = (sigma.log() - sigmas[t - 1].log()) < (sigmas[t].log() - sigma.log())
+    return torch.where(nearer_below, t - 1, t)
 
 
 def scheduler_config(cfg: DenoiserConfig) -> dict:
@@ -57,7 +84,7 @@ class TrainingNoise:
              cfg: DenoiserConfig) -> "TrainingNoise":
         cols = []
         for g in generators:
-            cols.append((torch.randint(0, cfg.num_train_timesteps, (), generator=g),
+            cols.append((draw_timesteps(cfg, (), g),
                          torch.randn(latent_shape, generator=g),
                          torch.randn((context, *latent_shape), generator=g),
                          torch.rand((), generator=g) * cfg.max_noise_level,
@@ -71,7 +98,7 @@ class TrainingNoise:
         """The same draws for a whole batch from one generator, on the generator's device: far
         fewer calls than ``draw``, but the numbers then depend on how the batch is split."""
         kw = {"generator": generator, "device": generator.device}
-        return cls(torch.randint(0, cfg.num_train_timesteps, (batch,), **kw), torch.randn((batch, *latent_shape), **kw),
+        return cls(draw_timesteps(cfg, batch, **kw), torch.randn((batch, *latent_shape), **kw),
                    torch.randn((batch, context, *latent_shape), **kw), torch.rand(batch, **kw) * cfg.max_noise_level,
                    torch.rand(batch, **kw) < cfg.context_dropout)
 

@@ -162,10 +162,11 @@ def batch_of(windows: LatentWindows, idx: list[int], device) -> tuple[torch.Tens
             torch.from_numpy(np.stack(tgt)).to(device))
 
 
-def _drop_moved_sampler_settings(old: dict) -> None:
+def _upgrade_old_settings(old: dict) -> None:
     # runs started before the sampler settings left DenoiserConfig (models/world_model.py) resume
     for moved in ("guidance", "inference_noise_level"):
         old.get("denoiser", {}).pop(moved, None)
+    old.get("denoiser", {}).setdefault("timesteps", "uniform")  # runs from before the choice drew uniformly
 
 
 def sample_grid(denoiser: Denoiser, codec, windows: LatentWindows, n: int, sampler: SamplerConfig) -> np.ndarray:
@@ -197,7 +198,7 @@ def train(data: str | os.PathLike, ae: str | os.PathLike, out: str | os.PathLike
         raise UserError(f"batch size {cfg.batch_size} does not split over {accelerator.num_processes} processes",
                         "pick a --batch-size that is a multiple of the process count")
     run = RunFolder(out, {**cfg.to_json(), "data": str(data.resolve()), "ae": str(ae.resolve())},
-                    keep=cfg.keep_checkpoints, upgrade=_drop_moved_sampler_settings)
+                    keep=cfg.keep_checkpoints, upgrade=_upgrade_old_settings)
     if main:
         run.open()
     codec.ae.to(accelerator.device)  # encoding the cache and decoding samples
