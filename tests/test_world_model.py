@@ -370,3 +370,33 @@ def test_distilled_student_makes_the_teachers_frames_in_one_step(toy, toy_model,
         w.reset(frames, actions, seed=0)
         w.step(nxt)
     torch.testing.assert_close(fast.latents, student.latents, atol=1e-4, rtol=1e-4)
+
+
+def test_asymmetric_autoencoder_saves_loads_and_keeps_the_decoder_small(tmp_path):
+    """cpu-asym: a 4x wider encoder (never run in play) before cpu-16ch's decoder; the folder holds
+    diffusers' AsymmetricAutoencoderKL and loads back to the same numbers; other classes are refused."""
+    import pytest
+
+    from gamengen.errors import UserError
+    from gamengen.models.autoencoder import AE_PRESETS, FrameCodec, build_autoencoder
+
+    torch.manual_seed(0)
+    asym, sym = (build_autoencoder(AE_PRESETS[p]) for p in ("cpu-asym", "cpu-16ch"))
+    size = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    assert size(asym.encoder) > 10 * size(sym.encoder)
+    # cpu-16ch's decoder stages, plus the mid-block attention diffusers' class always has, plus an
+    # inpainting branch that never runs here
+    attention = size(asym.decoder.mid_block.attentions)
+    assert size(asym.decoder) - size(asym.decoder.condition_encoder) - attention == size(sym.decoder)
+    codec = FrameCodec(asym.eval(), 120, 160, pad_multiple=32, scale=0.7)
+    frames = np.random.default_rng(0).integers(0, 256, (2, 120, 160, 3), dtype=np.uint8)
+    z = codec.encode(frames)
+    assert z.shape == (2, *codec.latent_shape()) == (2, 16, 16, 20)
+    codec.save(tmp_path / "ae", card="test")
+    back = FrameCodec.load(tmp_path / "ae")
+    assert type(back.ae).__name__ == "AsymmetricAutoencoderKL"
+    assert np.array_equal(back.decode(back.encode(frames)), codec.decode(z))
+    cfg = json.loads((tmp_path / "ae" / "config.json").read_text())
+    (tmp_path / "ae" / "config.json").write_text(json.dumps({**cfg, "_class_name": "UNet2DModel"}))
+    with pytest.raises(UserError, match="not one of the autoencoders"):
+        FrameCodec.load(tmp_path / "ae")

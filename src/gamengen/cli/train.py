@@ -15,7 +15,7 @@ from .common import app, progress_bar, step_reporter
 def train_ae(
     data: Path = typer.Option(..., "--data", help="Trajectory store to learn frames from."),
     out: Path = typer.Option(..., "--out", help="Folder for the autoencoder (diffusers format)."),
-    preset: str = typer.Option("cpu", help="tiny, cpu, cpu-16ch, cpu-4x, cpu-wide or paper (sizes the AE and the padding)."),
+    preset: str = typer.Option("cpu", help="tiny, cpu, cpu-16ch, cpu-4x, cpu-wide, cpu-asym or paper (sizes the AE and the padding)."),
     steps: int = typer.Option(3000, help="Autoencoder steps (encoder + decoder)."),
     decoder_steps: int = typer.Option(1000, help="Decoder fine-tune steps, encoder frozen (paper §3.2.2)."),
     batch_size: int = typer.Option(32),

@@ -18,7 +18,8 @@ from torch import nn
 
 from ..errors import UserError
 
-AE_META = "gamengen_ae.json"  # beside diffusers' config.json: frame size, padding, latent scale
+AE_META = "gamengen_ae.json"
+AE_CLASSES = ("AutoencoderKL", "AsymmetricAutoencoderKL")  # diffusers classes a folder may hold  # beside diffusers' config.json: frame size, padding, latent scale
 
 
 @dataclass
@@ -39,6 +40,10 @@ class AEConfig:
     # Frames are padded to a multiple of this (the AE's downsampling times the U-Net's), so the
     # latents halve as often as the U-Net needs (paper: 240 -> 256).
     pad_multiple: int = 16
+    # Wider encoder stages than the decoder's (None: the same). The encoder never runs during play
+    # (autoregression stays in latent space), so only the decoder is on the frame budget (issue 17);
+    # built as diffusers' AsymmetricAutoencoderKL, whose decoder skips its inpainting branch here.
+    encoder_channels: tuple[int, ...] | None = None
 
     @property
     def downsample(self) -> int:
@@ -57,6 +62,9 @@ AE_PRESETS = {
     "cpu-4x": AEConfig(block_out_channels=(16, 32, 64), latent_channels=4),
     # Issue 17's capacity lever: every stage twice as wide (about 4x the decode cost).
     "cpu-wide": AEConfig(block_out_channels=(16, 32, 64, 128), latent_channels=8),
+    # Issue 17's asymmetric lever: cpu-16ch's decoder behind a 4x wider encoder (diffusers' class adds
+    # one attention layer over the 16x20 latents to the decoder, a small part of its cost).
+    "cpu-asym": AEConfig(latent_channels=16, pad_multiple=32, encoder_channels=(32, 64, 128, 256)),
     # SD-v1's VAE architecture; pass --pretrained <sd-v1-4>/vae to start from its weights (§3.2.2)
     "paper": AEConfig(block_out_channels=(128, 256, 512, 512), layers_per_block=2, norm_num_groups=32,
                       pad_multiple=64),
@@ -64,7 +72,7 @@ AE_PRESETS = {
 
 
 def build_autoencoder(cfg: AEConfig) -> nn.Module:
-    from diffusers import AutoencoderKL
+    from diffusers import AsymmetricAutoencoderKL, AutoencoderKL
 
     if cfg.pretrained:
         try:
@@ -73,6 +81,15 @@ def build_autoencoder(cfg: AEConfig) -> nn.Module:
             raise UserError(f"cannot load a diffusers VAE from {cfg.pretrained} ({str(e)[:100]})",
                             "point at a local folder with config.json + diffusion_pytorch_model.safetensors") from None
     n = len(cfg.block_out_channels)
+    if cfg.encoder_channels:
+        if len(cfg.encoder_channels) != n:
+            raise UserError("an asymmetric AE needs as many encoder as decoder stages", "fix its preset")
+        return AsymmetricAutoencoderKL(
+            in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * n,
+            down_block_out_channels=cfg.encoder_channels, layers_per_down_block=cfg.layers_per_block,
+            up_block_types=("UpDecoderBlock2D",) * n, up_block_out_channels=cfg.block_out_channels,
+            layers_per_up_block=cfg.layers_per_block, latent_channels=cfg.latent_channels,
+            norm_num_groups=cfg.norm_num_groups)
     return AutoencoderKL(
         in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * n,
         up_block_types=("UpDecoderBlock2D",) * n, block_out_channels=cfg.block_out_channels,
@@ -145,7 +162,7 @@ class FrameCodec:
 
     @classmethod
     def load(cls, folder: str | Path) -> "FrameCodec":
-        from diffusers import AutoencoderKL
+        import diffusers
 
         folder = Path(folder)
         if not (folder / AE_META).exists():
@@ -153,7 +170,15 @@ class FrameCodec:
                             "train one with `gamengen train-ae --data STORE --out DIR`, then pass --ae DIR")
         try:
             meta = json.loads((folder / AE_META).read_text())
-            ae = AutoencoderKL.from_pretrained(folder, use_safetensors=True).eval()
+            kind = json.loads((folder / "config.json").read_text()).get("_class_name")
+            if kind not in AE_CLASSES:
+                raise ValueError(f"{kind} is not one of the autoencoders gamengen reads ({', '.join(AE_CLASSES)})")
+            quiet = diffusers.utils.logging.get_verbosity()
+            diffusers.utils.logging.set_verbosity_error()  # the asymmetric class warns about its own saved keys
+            try:
+                ae = getattr(diffusers, kind).from_pretrained(folder, use_safetensors=True).eval()
+            finally:
+                diffusers.utils.logging.set_verbosity(quiet)
             return cls(ae, int(meta.pop("height")), int(meta.pop("width")), int(meta.pop("pad_multiple")),
                        float(meta.pop("scale")), meta)
         except (OSError, ValueError, KeyError, json.JSONDecodeError) as e:
