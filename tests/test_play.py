@@ -431,3 +431,39 @@ def test_ghost_plays_the_real_game_at_the_models_frame_skip(tmp_path):
         assert game.real.env._game.get_episode_time() - tic == 2
     finally:
         game.close()
+
+
+def test_ghost_strips_compare_the_learned_view_with_the_real_one(tmp_path):
+    from gamengen.envs import EnvConfig, make_env
+    from gamengen.eval.ghost import horizontal_shift
+
+    # the pan estimate on the real game: turning left moves the view right, turning right left,
+    # walking forward hardly at all (DOOM starts a turn slowly: the first tics barely move)
+    env = make_env("vizdoom:freedoom1/E1M1", EnvConfig(height=120, width=160))
+    try:
+        pans = {}
+        for key in ("TURN_LEFT", "TURN_RIGHT", "FORWARD"):
+            prev, a, total = env.reset(0).frame, env.action_set.names.index(key), 0.0
+            for _ in range(30):
+                frame = env.step(a).frame
+                total, prev = total + horizontal_shift(prev, frame), frame
+            pans[key] = total
+    finally:
+        env.close()
+    assert pans["TURN_LEFT"] > 60 and pans["TURN_RIGHT"] < -60 and abs(pans["FORWARD"]) < 20, pans
+
+    model = BUNDLED.parent / "freedoom-e1m1-1step"
+    out = tmp_path / "ghost"
+    res = cli("eval", "ghost", "--model", model, "--out", out, "--seconds", "1", check=True)
+    assert "TURN_LEFT: 1 s: PSNR" in res.stdout
+    g = json.loads((out / "ghost.json").read_text())
+    assert [r["key"] for r in g["rows"]] == ["TURN_LEFT", "TURN_RIGHT", "FORWARD"]
+    for r in g["rows"]:
+        assert not r["diverged_start"] and r["steps"] == [35] and len(r["model_pan"]) == 1
+    left = g["rows"][0]
+    assert left["real_pan"][0] > 60  # the real game beside the model turned as it does alone
+    from PIL import Image
+
+    assert Image.open(out / "ghost_strip.png").size == (2 * 160, 3 * 2 * 120)  # 0 s and 1 s; real and model rows
+    bad = cli("eval", "ghost", "--model", model, "--out", tmp_path / "bad", "--seconds", "2,1")
+    assert bad.returncode == 2 and "--seconds" in bad.stderr and not (tmp_path / "bad").exists()

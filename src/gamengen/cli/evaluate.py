@@ -121,6 +121,56 @@ def eval_ae_cmd(
     typer.echo(f"wrote {out}/ae.json and ae_strip.png (each row: truth | reconstruction)")
 
 
+@eval_app.command("ghost")
+def eval_ghost_cmd(
+    model: Path = typer.Option(..., help="World model folder with start contexts that carry env seeds."),
+    out: Path = typer.Option(..., "--out", help="Folder for ghost.json and ghost_strip.png."),
+    start: int = typer.Option(0, help="Which start context."),
+    seconds: str = typer.Option("1,2,3", help="Whole seconds of play at which frames are compared."),
+    runtime: str = typer.Option("onnx", help=RUNTIME_HELP),
+):
+    """Ghost strips: each key held from a start, the real game above the learned one, with PSNR against
+    the real frame (beside the frozen start) and how far the view panned in both."""
+    import numpy as np
+
+    from ..atomic import write_json_atomic, write_png
+    from ..engine.world import EngineConfig
+    from ..eval.ghost import GhostStripConfig, ghost_strips
+    from ..play.players import neural_player
+
+    try:
+        secs = tuple(int(s) for s in seconds.split(","))
+    except ValueError:
+        secs = ()
+    if not secs or min(secs) < 1 or list(secs) != sorted(set(secs)):
+        raise UserError(f"--seconds {seconds!r} is not a rising list of whole seconds", "pass e.g. --seconds 1,2,3")
+    player = neural_player(model, ghost=True, engine=EngineConfig(runtime=runtime))
+    if not 0 <= start < player.n_starts:
+        raise UserError(f"--start {start}: the model has {player.n_starts} start contexts", "pass a smaller --start")
+    cfg = GhostStripConfig(seconds=secs, start=start)
+    game = player.make_game()
+    try:
+        with progress_bar("steps", len(cfg.keys) * round(player.fps * secs[-1])) as advance:
+            res = ghost_strips(game, player.resolver.names, player.fps, cfg, advance)
+    finally:
+        game.close()
+    images = res.pop("images")
+    out.mkdir(parents=True, exist_ok=True)
+    if images:
+        write_png(out / "ghost_strip.png", np.concatenate(list(images.values()), axis=0))
+    write_json_atomic(out / "ghost.json", {"model": str(model), **res})
+    for r in res["rows"]:
+        if "unavailable" in r:
+            typer.echo(f"{r['key']}: unavailable ({r['unavailable']})")
+            continue
+        typer.echo(f"{r['key']}: " + "; ".join(
+            f"{s} s: PSNR {m:.1f} dB (frozen {f:.1f}), pan real {rs:+.0f} px / model {ms:+.0f} px"
+            for s, m, f, rs, ms in zip(r["seconds"], r["model_psnr"], r["frozen_psnr"], r["real_pan"],
+                                       r["model_pan"])) + (" (the real game's replay diverged)" if r["diverged_start"] else ""))
+    typer.echo(f"wrote {out}/ghost.json and ghost_strip.png (per key: the real game, then the learned one, "
+               f"at 0 s and {seconds} s)")
+
+
 @eval_app.command("ab")
 def eval_ab_cmd(
     out: Path = typer.Option(..., "--out", help="Folder of the test: clips, ab.json (the key), answers.jsonl."),
