@@ -229,7 +229,8 @@ def _long_rollout(res: dict, out: Path) -> list[tuple]:
         sb = lr.get("status_bar_db")
         if sb and sb["real"].get("n"):
             b.append(("p", "Drift statistic: PSNR of the status bar against the closest real status bar of "
-                           f"held-out frames. Real frames score {sb['real']['mean']:.1f} dB (± {sb['real']['std']:.1f}); "
+                           f"held-out frames. Real frames of other episodes score a median {sb['real']['median']:.1f} dB "
+                           f"(10th percentile {sb['real']['p10']:.1f}; identical bars count as 100); "
                            "the rollout, mean of the 10 steps ending at step "
                       + ", ".join(f"{k} ({int(k) / sb['fps']:.0f} s): {v:.1f} dB" for k, v in sb["at"].items())
                       + "."))
