@@ -19,7 +19,8 @@ def train_ae(
     steps: int = typer.Option(3000, help="Autoencoder steps (encoder + decoder)."),
     decoder_steps: int = typer.Option(1000, help="Decoder fine-tune steps, encoder frozen (paper §3.2.2)."),
     batch_size: int = typer.Option(32),
-    crop: int = typer.Option(64, help="Train on random crops this many pixels a side (0: whole frames)."),
+    crop: int = typer.Option(0, help="Train on random crops this many pixels a side (0: whole frames, the better "
+                                     "use of the same time; docs/results.md)."),
     learning_rate: float = typer.Option(1e-3),
     pretrained: Optional[Path] = typer.Option(None, help="Local diffusers VAE folder (e.g. SD-v1.4's vae/)."),
     seed: int = typer.Option(0),
