@@ -6,13 +6,19 @@
 #   scripts/cpu-issue17.sh data     # the training store and the two eval stores (seconds)
 #   scripts/cpu-issue17.sh ae       # the long AE run: cpu-16ch on whole frames, the AE levers' winner (hours)
 #   scripts/cpu-issue17.sh eval-ae  # its ceiling on the skip-2 eval store
+#   scripts/cpu-issue17.sh wm LEVER  # a world model on that AE for 60 minutes of 2 cores (equal time;
+#                                    # run it once per lever: a second call trains 60 more minutes)
+#   scripts/cpu-issue17.sh eval-wm LEVER   # the same eval for every lever, on the skip-2 eval store
+#
+# LEVER: base (cpu-m, context 16, the paper's uniform timesteps), lognormal (EDM's noise levels),
+# ctx4 / ctx8 (context length), cpu (the smaller U-Net at context 16). One change each against base.
 #
 # docs/results.md ("Autoencoder levers at equal CPU time") says why these settings. Runs the
 # gamengen of .venv (make venv) unless GG says otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GG=${GG:-.venv/bin/gamengen}
-case "${1:?usage: scripts/cpu-issue17.sh data|ae|eval-ae}" in
+case "${1:?usage: scripts/cpu-issue17.sh data|ae|eval-ae|wm LEVER|eval-wm LEVER}" in
   data)
     $GG record --env vizdoom:freedoom1/E1M1 --policy random --steps 100000 --workers 2 --frame-skip 2 --seed 3 --out data/train-k2
     $GG record --env vizdoom:freedoom1/E1M1 --policy random --steps 60000 --workers 2 --seed 7 --out data/eval-k1
@@ -25,5 +31,23 @@ case "${1:?usage: scripts/cpu-issue17.sh data|ae|eval-ae}" in
   eval-ae)
     $GG eval ae --ae runs/ae-long --data data/eval-k2 --out runs/ae-long-eval --samples 256
     ;;
-  *) echo "unknown stage $1 (data, ae or eval-ae)" >&2; exit 2 ;;
+  wm|eval-wm)
+    lever=${2:?which lever: base, lognormal, ctx4, ctx8 or cpu}
+    case "$lever" in
+      base) flags="--preset cpu-m" ;;
+      lognormal) flags="--preset cpu-m --timesteps lognormal" ;;
+      ctx4) flags="--preset cpu-m --context 4" ;;
+      ctx8) flags="--preset cpu-m --context 8" ;;
+      cpu) flags="--preset cpu --context 16" ;;
+      *) echo "unknown lever $lever" >&2; exit 2 ;;
+    esac
+    if [ "$1" = wm ]; then
+      $GG train --data data/train-k2 --ae runs/ae-long --out "runs/wm-$lever" $flags --steps 1000000 \
+        --max-minutes 60 --checkpoint-every 200 --sample-every 2000
+    else
+      $GG eval --model "runs/wm-$lever/model" --data data/eval-k2 --out "runs/eval-wm-$lever" --samples 64 \
+        --episodes 8 --ar-steps 64 --long-steps 1000 --action-contexts 24
+    fi
+    ;;
+  *) echo "unknown stage $1 (data, ae, eval-ae, wm or eval-wm)" >&2; exit 2 ;;
 esac
