@@ -93,3 +93,33 @@ def test_lognormal_timesteps_follow_edms_sigma_distribution():
         assert "lognormal" in str(e)
     else:
         raise AssertionError("an unknown draw was accepted")
+
+
+def test_unrolls_put_the_models_own_prediction_in_the_context():
+    """--unroll: the drawn samples' last context frame becomes the network's 1-step prediction of it
+    from the context shifted back one frame; the others stay real; no unroll draws when it is off."""
+    from gamengen.diffusion.denoiser import Denoiser, DenoiserConfig, TrainingNoise
+    from gamengen.diffusion.sampling import ddim_loop
+
+    class Net(torch.nn.Module):  # a v-model whose answer depends on the context and the actions
+        def forward(self, x, t, context, actions, bucket):
+            return 0.5 * x + context.mean(1) + 0.01 * actions.float().sum(1).view(-1, 1, 1, 1)
+
+    gens = [torch.Generator().manual_seed(i) for i in range(6)]
+    off = TrainingNoise.draw(gens, (2, 3, 3), 4, DenoiserConfig())
+    assert off.unroll is None and off.unroll_noise is None
+    gens = [torch.Generator().manual_seed(i) for i in range(6)]
+    on = TrainingNoise.draw(gens, (2, 3, 3), 4, DenoiserConfig(unroll=0.5))
+    assert torch.equal(on.noise, off.noise) and torch.equal(on.timesteps, off.timesteps)  # same draws before
+    d = Denoiser(Net(), DenoiserConfig(unroll=0.5))
+    ctx, acts = torch.randn(6, 4, 2, 3, 3), torch.randint(0, 5, (6, 4))
+    which = torch.tensor([True, False, True, False, False, True])
+    out = d.unrolled(ctx, acts, which, on.unroll_noise)
+    assert torch.equal(out[~which], ctx[~which]) and torch.equal(out[:, :-1], ctx[:, :-1])
+    i = 2  # by hand: one DDIM step of the v-model from the shifted-back context
+    prev = torch.cat([ctx[i:i + 1, :1], ctx[i:i + 1, :-1]], 1)
+    prev_acts = torch.cat([acts[i:i + 1, :1], acts[i:i + 1, :-1]], 1)
+    model = lambda x, t: Net()(x, t, prev, prev_acts, None)  # noqa: E731
+    want = ddim_loop(model, on.unroll_noise[i:i + 1], d.schedule("ddim", 1))
+    assert torch.allclose(out[i, -1], want[0], atol=1e-6)
+    assert not torch.allclose(out[i, -1], ctx[i, -1])

@@ -61,6 +61,8 @@ def train(
     bf16: bool = typer.Option(False, help="bf16 autocast."),
     timesteps: str = typer.Option("uniform", help="Training noise levels: uniform timesteps (paper) or "
                                                   "lognormal (EDM's sigma distribution, as DIAMOND trains)."),
+    unroll: float = typer.Option(0.0, help="Share of samples whose last context frame is the model's own "
+                                           "1-step prediction (a drift remedy; 0: off, as the paper)."),
     batched_data: bool = typer.Option(False, help="Gather batches and draw noise on the training device (for GPUs)."),
     checkpoint_every: Optional[int] = typer.Option(None),
     sample_every: Optional[int] = typer.Option(None),
@@ -76,12 +78,14 @@ def train(
 
     if timesteps not in TIMESTEP_DRAWS:
         raise UserError(f"--timesteps {timesteps} is not known", "pass one of: " + ", ".join(TIMESTEP_DRAWS))
+    if not 0.0 <= unroll <= 1.0:
+        raise UserError(f"--unroll {unroll} is not a share", "pass a number from 0 to 1, e.g. --unroll 0.25")
 
     given = {"steps": steps, "batch_size": batch_size, "context": context, "learning_rate": learning_rate,
              "max_frames": max_frames, "max_minutes": max_minutes,
              "checkpoint_every": checkpoint_every, "sample_every": sample_every}
     cfg = TrainConfig.from_preset(preset, bf16=bf16, seed=seed, batched_data=batched_data, **{k: v for k, v in given.items() if v is not None})
-    cfg = dataclasses.replace(cfg, denoiser=dataclasses.replace(cfg.denoiser, timesteps=timesteps))
+    cfg = dataclasses.replace(cfg, denoiser=dataclasses.replace(cfg.denoiser, timesteps=timesteps, unroll=unroll))
     with progress_bar(f"training ({preset} preset)", cfg.steps) as advance:
         losses = run_train(data, ae, out, cfg, step_reporter(advance),
                            warn=lambda m: typer.echo(f"warning: {m}", err=True))

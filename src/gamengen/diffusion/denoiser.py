@@ -6,6 +6,9 @@
   autoregressive play drifts within 10-20 frames (Fig. 4, Fig. 7).
 - Context dropout (§4.2): with p = 0.1 the past frames are replaced by zeros, so at sampling time
   classifier-free guidance can push on the history. Actions stay in both branches (§3.3).
+- Unrolls (issue 17's drift lever, off by default): for a share of samples the last context frame
+  is replaced by the network's own 1-step prediction of it from the frames before it, so training
+  sees contexts with the model's own errors, as play does.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ class DenoiserConfig:
     # mapped to the nearest timestep of the same schedule, so the network, the v target and the
     # samplers are unchanged; it spends the steps on the middle noise levels few-step sampling visits.
     timesteps: str = "uniform"
+    # Share of samples whose last context frame is the network's own prediction (no gradient; one
+    # DDIM step, no CFG, from the context shifted back one frame, its first frame repeated).
+    unroll: float = 0.0
 
     def __post_init__(self):
         if self.timesteps not in TIMESTEP_DRAWS:
@@ -78,6 +84,9 @@ class TrainingNoise:
     context_noise: torch.Tensor  # (B, N, C, h, w) for augmentation
     noise_level: torch.Tensor  # (B,) in [0, max_noise_level]
     drop_context: torch.Tensor  # (B,) bool
+    # unrolls (None when cfg.unroll is 0, so runs without them draw exactly what they always did)
+    unroll: torch.Tensor | None = None  # (B,) bool
+    unroll_noise: torch.Tensor | None = None  # (B, C, h, w), the unroll sampler's start noise
 
     @classmethod
     def draw(cls, generators: list[torch.Generator], latent_shape: tuple[int, ...], context: int,
@@ -89,8 +98,9 @@ class TrainingNoise:
                          torch.randn((context, *latent_shape), generator=g),
                          torch.rand((), generator=g) * cfg.max_noise_level,
                          torch.rand((), generator=g) < cfg.context_dropout))
-        t, n, cn, lv, dr = (torch.stack(c) for c in zip(*cols))
-        return cls(t, n, cn, lv, dr)
+            if cfg.unroll > 0:  # drawn last, so the draws above stay those of a run without unrolls
+                cols[-1] += (torch.rand((), generator=g) < cfg.unroll, torch.randn(latent_shape, generator=g))
+        return cls(*(torch.stack(c) for c in zip(*cols)))
 
     @classmethod
     def draw_batch(cls, generator: torch.Generator, batch: int, latent_shape: tuple[int, ...], context: int,
@@ -98,9 +108,13 @@ class TrainingNoise:
         """The same draws for a whole batch from one generator, on the generator's device: far
         fewer calls than ``draw``, but the numbers then depend on how the batch is split."""
         kw = {"generator": generator, "device": generator.device}
-        return cls(draw_timesteps(cfg, batch, **kw), torch.randn((batch, *latent_shape), **kw),
-                   torch.randn((batch, context, *latent_shape), **kw), torch.rand(batch, **kw) * cfg.max_noise_level,
-                   torch.rand(batch, **kw) < cfg.context_dropout)
+        draws = cls(draw_timesteps(cfg, batch, **kw), torch.randn((batch, *latent_shape), **kw),
+                    torch.randn((batch, context, *latent_shape), **kw), torch.rand(batch, **kw) * cfg.max_noise_level,
+                    torch.rand(batch, **kw) < cfg.context_dropout)
+        if cfg.unroll > 0:
+            draws.unroll = torch.rand(batch, **kw) < cfg.unroll
+            draws.unroll_noise = torch.randn((batch, *latent_shape), **kw)
+        return draws
 
 
 class Denoiser:
@@ -120,11 +134,32 @@ class Denoiser:
         noise = draws.noise.to(dev)
         noisy = self.train_schedule.add_noise(target, noise, t)
         v_target = self.train_schedule.get_velocity(target, noise, t)
+        if draws.unroll is not None:
+            context = self.unrolled(context, actions, draws.unroll.to(dev), draws.unroll_noise.to(dev))
         level = draws.noise_level.to(dev)
         context = context + level.view(-1, 1, 1, 1, 1) * draws.context_noise.to(dev)  # §3.2.1
         context = torch.where(draws.drop_context.to(dev).view(-1, 1, 1, 1, 1), torch.zeros_like(context), context)
         v_pred = net(noisy, t, context, actions, bucket_of(level, self.cfg))
         return torch.nn.functional.mse_loss(v_pred.float(), v_target.float())
+
+    @torch.no_grad()
+    def unrolled(self, context: torch.Tensor, actions: torch.Tensor, which: torch.Tensor,
+                 noise: torch.Tensor) -> torch.Tensor:
+        """context (B, N, C, h, w) with the last frame of the samples in ``which`` (B,) replaced by the
+        network's own prediction of it: one DDIM step, no CFG, no context noise, from the context
+        shifted back one frame (its first frame repeated, as at an episode's start) and the actions
+        that led there. ``noise`` (B, C, h, w) starts the sampler."""
+        if not bool(which.any()):
+            return context
+        ctx, acts = context[which], actions[which]
+        prev = torch.cat([ctx[:, :1], ctx[:, :-1]], dim=1)
+        prev_acts = torch.cat([acts[:, :1], acts[:, :-1]], dim=1)  # acts[:, -2] led to the last frame
+        bucket = torch.zeros(len(ctx), dtype=torch.long, device=ctx.device)
+        model = self.guided_by_bucket(prev, prev_acts, bucket, 1.0)
+        pred = solve(model, noise[which], self.schedule("ddim", 1), self.alphas_cumprod)
+        out = context.clone()
+        out[which, -1] = pred.to(out.dtype)
+        return out
 
     def guided(self, context: torch.Tensor, actions: torch.Tensor, guidance: float,
                noise_level: float) -> VModel:

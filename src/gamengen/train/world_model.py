@@ -167,6 +167,7 @@ def _upgrade_old_settings(old: dict) -> None:
     for moved in ("guidance", "inference_noise_level"):
         old.get("denoiser", {}).pop(moved, None)
     old.get("denoiser", {}).setdefault("timesteps", "uniform")  # runs from before the choice drew uniformly
+    old.get("denoiser", {}).setdefault("unroll", 0.0)  # and had no unrolls
 
 
 def sample_grid(denoiser: Denoiser, codec, windows: LatentWindows, n: int, sampler: SamplerConfig) -> np.ndarray:
