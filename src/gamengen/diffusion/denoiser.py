@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -46,6 +47,12 @@ TIMESTEP_DRAWS = ("uniform", "lognormal")
 EDM_P_MEAN, EDM_P_STD = -0.4, 1.2  # Karras et al. 2022, Table 1
 
 
+@functools.lru_cache(maxsize=4)
+def _vp_sigma_table(num_train_timesteps: int) -> torch.Tensor:
+    """sigma_t of every training timestep, computed once (draws run per sample, per step)."""
+    return torch.tensor(vp_sigmas(scaled_linear_alphas(num_train_timesteps)))
+
+
 def draw_timesteps(cfg: DenoiserConfig, n: int | tuple = (), generator: torch.Generator | None = None,
                    device=None) -> torch.Tensor:
     """Training timesteps (int64, shape ``n``) by ``cfg.timesteps`` (see DenoiserConfig)."""
@@ -53,7 +60,7 @@ def draw_timesteps(cfg: DenoiserConfig, n: int | tuple = (), generator: torch.Ge
     if cfg.timesteps == "uniform":
         return torch.randint(0, cfg.num_train_timesteps, shape, generator=generator, device=device)
     sigma = torch.exp(EDM_P_MEAN + EDM_P_STD * torch.randn(shape, generator=generator, device=device))
-    sigmas = torch.tensor(vp_sigmas(scaled_linear_alphas(cfg.num_train_timesteps)), device=sigma.device)
+    sigmas = _vp_sigma_table(cfg.num_train_timesteps).to(sigma.device)
     t = torch.searchsorted(sigmas, sigma).clamp(1, len(sigmas) - 1)
     nearer_below = (sigma.log() - sigmas[t - 1].log()) < (sigmas[t].log() - sigma.log())
     return torch.where(nearer_below, t - 1, t)

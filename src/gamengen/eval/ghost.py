@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .metrics import STATUS_BAR_SHARE, psnr
+from .metrics import psnr, view_rows
 
 KEYS = ("TURN_LEFT", "TURN_RIGHT", "FORWARD")
 
@@ -37,9 +37,7 @@ VIEW_SHARE = 0.6  # of the 3D view's rows, from the top: the weapon sprite below
 def view(frame: np.ndarray) -> np.ndarray:
     """The part of a (H, W, 3) frame's 3D view that pans when turning, as grey floats: the status
     bar and the weapon (both fixed on screen, so they would pull the estimate to 0) cut off."""
-    h = frame.shape[0]
-    rows = round((h - round(h * STATUS_BAR_SHARE)) * VIEW_SHARE)
-    return frame[:rows].astype(np.float32).mean(axis=-1)
+    return frame[:round(view_rows(frame.shape[0]) * VIEW_SHARE)].astype(np.float32).mean(axis=-1)
 
 
 def horizontal_shift(a: np.ndarray, b: np.ndarray) -> float:

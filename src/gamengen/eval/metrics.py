@@ -33,10 +33,14 @@ def psnr(pred: np.ndarray, truth: np.ndarray) -> float:
 STATUS_BAR_SHARE = 32 / 200
 
 
+def view_rows(height: int) -> int:
+    """Rows above DOOM's status bar in a frame of ``height`` rows."""
+    return height - round(height * STATUS_BAR_SHARE)
+
+
 def status_bar(frame: np.ndarray) -> np.ndarray:
     """The bottom rows that hold DOOM's status bar, of (..., H, W, 3) frames."""
-    h = frame.shape[-3]
-    return frame[..., h - round(h * STATUS_BAR_SHARE):, :, :]
+    return frame[..., view_rows(frame.shape[-3]):, :, :]
 
 
 def ssim(pred: np.ndarray, truth: np.ndarray) -> float:
