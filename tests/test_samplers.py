@@ -123,3 +123,55 @@ def test_unrolls_put_the_models_own_prediction_in_the_context():
     want = ddim_loop(model, on.unroll_noise[i:i + 1], d.schedule("ddim", 1))
     assert torch.allclose(out[i, -1], want[0], atol=1e-6)
     assert not torch.allclose(out[i, -1], ctx[i, -1])
+
+
+def no_change_v(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """The exact v of data that is always 0, at (fractional) timesteps placed by log sigma, as
+    vp_denoised places them: x_t = sqrt(1 - ab) eps, so v = sqrt(ab) x_t / sqrt(1 - ab)."""
+    import numpy as np
+
+    log_sigmas = np.log([math.sqrt((1 - a) / a) for a in ALPHAS])
+    ls = np.interp(t.double().numpy(), np.arange(len(ALPHAS)), log_sigmas)
+    ab = torch.as_tensor(1 / (1 + np.exp(2 * ls)), dtype=x.dtype).view(-1, 1, 1, 1)
+    return ab.sqrt() * x / (1 - ab).sqrt()
+
+
+class NoChangeNet(torch.nn.Module):
+    """A network that has learnt 'nothing moves': it predicts a residual of zero (or, trained on
+    frames, the frame zero) whatever the context."""
+
+    def forward(self, noisy, t, context, actions, bucket):
+        return no_change_v(noisy, t.expand(len(noisy)))
+
+
+def test_a_residual_model_that_predicts_no_change_plays_copy_last():
+    """--residual: the change of variables around the network makes 'no change' mean the context's
+    last frame, exactly, through DDIM and Euler at any step count; the plain model's 'nothing' is
+    the zero frame. In training, copy-last then costs no loss."""
+    from gamengen.diffusion.denoiser import Denoiser, DenoiserConfig, TrainingNoise
+    from gamengen.models.world_model import SamplerConfig
+
+    g = torch.Generator().manual_seed(0)
+    ctx, acts = torch.randn(2, 3, 4, 5, 6, generator=g), torch.zeros(2, 3, dtype=torch.long)
+    noise = torch.randn(2, 4, 5, 6, generator=g)
+    residual, plain = Denoiser(NoChangeNet(), DenoiserConfig(residual=True)), Denoiser(NoChangeNet(), DenoiserConfig())
+    x = torch.randn(2, 4, 5, 6, generator=g)
+    for t in (0.0, 1.0, 250.5, 500.0, 999.0):  # the denoised guess at any noise level, fractional too
+        lo = min(int(t), 998)  # log sigma is linear between timesteps
+        sigma2 = ((1 - ALPHAS[lo]) / ALPHAS[lo]) ** (1 - (t - lo)) * ((1 - ALPHAS[lo + 1]) / ALPHAS[lo + 1]) ** (t - lo)
+        ab = 1 / (1 + sigma2)
+        for d, want in ((residual, ctx[:, -1]), (plain, torch.zeros_like(x))):
+            v = d.guided(ctx, acts, 1.0, 0.0)(x, torch.tensor([t]))
+            torch.testing.assert_close(math.sqrt(ab) * x - math.sqrt(1 - ab) * v, want, atol=1e-4, rtol=1e-4)
+    euler = SamplerConfig(solver="euler", steps=8, guidance=1.0)  # ends at sigma 0: its sample is that guess
+    torch.testing.assert_close(residual.sample(ctx, acts, noise, euler), ctx[:, -1], atol=1e-4, rtol=1e-4)
+    # CFG's other branch has no history, so its anchor is zero: w pushes away from the zero frame
+    guided = residual.sample(ctx, acts, noise, SamplerConfig(solver="euler", steps=2, guidance=1.5))
+    torch.testing.assert_close(guided, 1.5 * ctx[:, -1], atol=1e-4, rtol=1e-4)
+    ddim = residual.sample(ctx, acts, noise, SamplerConfig(steps=4, guidance=1.0))  # DDIM ends at t = 0, not 1
+    assert (ddim - ctx[:, -1]).abs().max() < 0.2 < ctx[:, -1].abs().max()
+
+    draws = TrainingNoise(torch.tensor([10, 900]), noise, torch.zeros_like(ctx), torch.zeros(2),
+                          torch.zeros(2, dtype=torch.bool))
+    assert float(residual.loss(ctx[:, -1], ctx, acts, draws)) < 1e-8
+    assert float(plain.loss(ctx[:, -1], ctx, acts, draws)) > 0.1

@@ -402,14 +402,15 @@ def test_asymmetric_autoencoder_saves_loads_and_keeps_the_decoder_small(tmp_path
         FrameCodec.load(tmp_path / "ae")
 
 
-def test_training_with_unrolls_and_lognormal_timesteps_runs_both_data_paths(toy, tmp_path):
+def test_training_with_unrolls_lognormal_timesteps_and_residual_runs_both_data_paths(toy, tmp_path):
     """The drift and parameterisation levers train end to end, per-sample and batched, and the
     model folder says how it was trained."""
     for extra in ([], ["--batched-data"]):
         out = tmp_path / f"run{len(extra)}"
         cli("train", "--data", toy / "store", "--ae", toy / "ae", "--out", out, *TINY, "--steps", "12",
-            "--unroll", "0.5", "--timesteps", "lognormal", *extra, check=True)
+            "--unroll", "0.5", "--timesteps", "lognormal", "--residual", *extra, check=True)
         meta = json.loads((out / "model" / "gamengen_wm.json").read_text())["meta"]
         assert meta["denoiser"]["unroll"] == 0.5 and meta["denoiser"]["timesteps"] == "lognormal"
+        assert meta["denoiser"]["residual"] is True
     bad = cli("train", "--data", toy / "store", "--ae", toy / "ae", "--out", tmp_path / "bad", "--unroll", "2")
     assert bad.returncode == 2 and "--unroll" in bad.stderr and not (tmp_path / "bad").exists()

@@ -35,11 +35,12 @@ def train_ae(
                         crop=crop, learning_rate=learning_rate, seed=seed, checkpoint_every=checkpoint_every,
                         keep_checkpoints=keep_checkpoints, pretrained=str(pretrained) if pretrained else None,
                         max_minutes=max_minutes)
-    bars, last = {}, [None]
+    bars = {}
     with progress_bar("autoencoder steps", (0 if pretrained else steps) + decoder_steps) as advance:
+        to_step = step_reporter(advance)  # steps count over both stages; a resumed run starts at its step
+
         def report(stage, done, total, loss):
-            advance(done - (done - 1 if last[0] is None else last[0]))
-            last[0] = done
+            to_step(done, total, loss)
             bars[stage] = loss
 
         codec = train_autoencoder(data, out, cfg, report, warn=lambda m: typer.echo(f"warning: {m}", err=True))
@@ -63,6 +64,8 @@ def train(
                                                   "lognormal (EDM's sigma distribution, as DIAMOND trains)."),
     unroll: float = typer.Option(0.0, help="Share of samples whose last context frame is the model's own "
                                            "1-step prediction (a drift remedy; 0: off, as the paper)."),
+    residual: bool = typer.Option(False, help="Diffuse the change from the last context frame instead of "
+                                              "the frame (a parameterisation lever; off: the paper's)."),
     batched_data: bool = typer.Option(False, help="Gather batches and draw noise on the training device (for GPUs)."),
     checkpoint_every: Optional[int] = typer.Option(None),
     sample_every: Optional[int] = typer.Option(None),
@@ -85,7 +88,8 @@ def train(
              "max_frames": max_frames, "max_minutes": max_minutes,
              "checkpoint_every": checkpoint_every, "sample_every": sample_every}
     cfg = TrainConfig.from_preset(preset, bf16=bf16, seed=seed, batched_data=batched_data, **{k: v for k, v in given.items() if v is not None})
-    cfg = dataclasses.replace(cfg, denoiser=dataclasses.replace(cfg.denoiser, timesteps=timesteps, unroll=unroll))
+    cfg = dataclasses.replace(cfg, denoiser=dataclasses.replace(cfg.denoiser, timesteps=timesteps, unroll=unroll,
+                                                                   residual=residual))
     with progress_bar(f"training ({preset} preset)", cfg.steps) as advance:
         losses = run_train(data, ae, out, cfg, step_reporter(advance),
                            warn=lambda m: typer.echo(f"warning: {m}", err=True))

@@ -6,6 +6,12 @@
   autoregressive play drifts within 10-20 frames (Fig. 4, Fig. 7).
 - Context dropout (§4.2): with p = 0.1 the past frames are replaced by zeros, so at sampling time
   classifier-free guidance can push on the history. Actions stay in both branches (§3.3).
+- Residual target (issue 17's lever, off by default): the diffusion runs on the change from the last
+  context frame, x_next - x_last, instead of on x_next, as RVD (Yang et al. 2023, "Diffusion
+  probabilistic modeling for video generation") diffuses the residual of a deterministic next-frame
+  guess; ours is copy-last. A network that outputs nothing then plays copy-last, and its capacity
+  goes to what moves. It is a change of variables around the network's call (``residual_v``), so
+  the target, the loss and every sampler are those of the plain model.
 - Unrolls (issue 17's drift lever, off by default): for a share of samples the last context frame
   is replaced by the network's own 1-step prediction of it from the frames before it, so training
   sees contexts with the model's own errors, as play does.
@@ -37,6 +43,9 @@ class DenoiserConfig:
     # Share of samples whose last context frame is the network's own prediction (no gradient; one
     # DDIM step, no CFG, from the context shifted back one frame, its first frame repeated).
     unroll: float = 0.0
+    # Diffuse x_next - x_last instead of x_next (see the module's docstring). The context's last
+    # frame is the anchor; with the history dropped (context dropout, CFG's other branch) it is zero.
+    residual: bool = False
 
     def __post_init__(self):
         if self.timesteps not in TIMESTEP_DRAWS:
@@ -64,6 +73,27 @@ def draw_timesteps(cfg: DenoiserConfig, n: int | tuple = (), generator: torch.Ge
     t = torch.searchsorted(sigmas, sigma).clamp(1, len(sigmas) - 1)
     nearer_below = (sigma.log() - sigmas[t - 1].log()) < (sigmas[t].log() - sigma.log())
     return torch.where(nearer_below, t - 1, t)
+
+
+def residual_v(net_call: VModel, anchor: torch.Tensor, log_sigmas: torch.Tensor) -> VModel:
+    """The v-prediction of the frame x0 from a network that predicts the v of the residual
+    y0 = x0 - anchor. anchor (B, C, h, w); log_sigmas (T,): the schedule's log sigma_t per timestep.
+
+    At timestep t, x_t = sqrt(ab) x0 + sqrt(1 - ab) eps = y_t + sqrt(ab) anchor, and
+    v_x = sqrt(ab) eps - sqrt(1 - ab) x0 = v_y - sqrt(1 - ab) anchor. Fractional timesteps (the
+    Euler sampler's) interpolate log sigma as ``sampling.vp_denoised`` does, so ab is exact there too."""
+    def v(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        tf = t.to(torch.float32).clamp(0, len(log_sigmas) - 1)
+        lo = tf.floor().long().clamp(max=len(log_sigmas) - 2)
+        log_sigma = torch.lerp(log_sigmas[lo], log_sigmas[lo + 1], tf - lo)
+        ab = torch.sigmoid(-2 * log_sigma).view(-1, 1, 1, 1)  # 1 / (1 + sigma^2)
+        return net_call(x - ab.sqrt() * anchor, t) - (1 - ab).sqrt() * anchor
+    return v
+
+
+def schedule_log_sigmas(alphas_cumprod: tuple[float, ...]) -> torch.Tensor:
+    """log sigma_t (T,) float32 of every training timestep, for ``residual_v``."""
+    return torch.tensor(vp_sigmas(alphas_cumprod), dtype=torch.float64).log().float()
 
 
 def scheduler_config(cfg: DenoiserConfig) -> dict:
@@ -129,6 +159,14 @@ class Denoiser:
         self.net, self.cfg = net, cfg
         self.train_schedule = DDPMScheduler(**scheduler_config(cfg))
         self.alphas_cumprod = scaled_linear_alphas(cfg.num_train_timesteps)  # the same schedule, as data
+        self.log_sigmas = schedule_log_sigmas(self.alphas_cumprod)
+
+    def parameterised(self, net_call: VModel, anchor: torch.Tensor) -> VModel:
+        """The frame's v from a call of the network: the call itself, or with ``cfg.residual`` its
+        change of variables around ``anchor`` (B, C, h, w), the context's last frame."""
+        if not self.cfg.residual:
+            return net_call
+        return residual_v(net_call, anchor, self.log_sigmas.to(anchor.device))
 
     def loss(self, target: torch.Tensor, context: torch.Tensor, actions: torch.Tensor, draws: TrainingNoise,
              net: torch.nn.Module | None = None) -> torch.Tensor:
@@ -146,7 +184,8 @@ class Denoiser:
         level = draws.noise_level.to(dev)
         context = context + level.view(-1, 1, 1, 1, 1) * draws.context_noise.to(dev)  # §3.2.1
         context = torch.where(draws.drop_context.to(dev).view(-1, 1, 1, 1, 1), torch.zeros_like(context), context)
-        v_pred = net(noisy, t, context, actions, bucket_of(level, self.cfg))
+        bucket = bucket_of(level, self.cfg)
+        v_pred = self.parameterised(lambda x, t_: net(x, t_, context, actions, bucket), context[:, -1])(noisy, t)
         return torch.nn.functional.mse_loss(v_pred.float(), v_target.float())
 
     @torch.no_grad()
@@ -182,10 +221,11 @@ class Denoiser:
         """``guided`` with the noise buckets (B,) and the CFG weight already worked out."""
         B = context.shape[0]
         if w == 1.0:
-            return lambda x, t: self.net(x, t.expand(B), context, actions, bucket)
+            return self.parameterised(lambda x, t: self.net(x, t.expand(B), context, actions, bucket), context[:, -1])
         ctx2 = torch.cat([context, torch.zeros_like(context)])  # the unconditional branch: no history
         act2, bucket2 = torch.cat([actions, actions]), torch.cat([bucket, bucket])
-        return lambda x, t: cfg_pair(lambda x2, t2: self.net(x2, t2, ctx2, act2, bucket2), x, t, w)
+        both = self.parameterised(lambda x2, t2: self.net(x2, t2, ctx2, act2, bucket2), ctx2[:, -1])
+        return lambda x, t: cfg_pair(both, x, t, w)
 
     def sampling_conditions(self, batch: int, guidance: float, noise_level: float) -> tuple[float, torch.Tensor]:
         """The CFG weight and the context-noise buckets (batch,) that sampling tells the network."""
@@ -236,16 +276,25 @@ class ContextShares(torch.nn.Module):
 
 
 class GuidedStep(torch.nn.Module):
-    def __init__(self, net: torch.nn.Module, guided: bool = True):
+    def __init__(self, net: torch.nn.Module, guided: bool = True, log_sigmas: torch.Tensor | None = None):
+        """``log_sigmas``: the schedule's (``schedule_log_sigmas``) for a residual model, else None."""
         super().__init__()
         self.net, self.guided = net, guided  # unguided: the conditional branch alone (CFG weight 1)
+        self.log_sigmas = log_sigmas
 
-    def forward(self, x: torch.Tensor, t: torch.Tensor, shares: torch.Tensor, actions: torch.Tensor,
-                bucket: torch.Tensor, guidance: torch.Tensor) -> torch.Tensor:
-        """x (B, C, h, w), t (1,), shares (2B, C0, h, w), actions (B, N), bucket (B,), guidance () ->
-        the guided v_pred (B, C, h, w), as ``Denoiser.guided`` computes it."""
+    def forward(self, x: torch.Tensor, t: torch.Tensor, shares: torch.Tensor, last: torch.Tensor,
+                actions: torch.Tensor, bucket: torch.Tensor, guidance: torch.Tensor) -> torch.Tensor:
+        """x (B, C, h, w), t (1,), shares (2B, C0, h, w), last (B, C, h, w): the context's last frame,
+        actions (B, N), bucket (B,), guidance () -> the guided v_pred (B, C, h, w), as
+        ``Denoiser.guided`` computes it."""
         B = x.shape[0]
         if not self.guided:
-            return self.net.forward_from_share(x, t.expand(B), shares[:B], actions, bucket)
+            return self._residual(lambda x1, t1: self.net.forward_from_share(x1, t1.expand(B), shares[:B], actions,
+                                                                              bucket), last)(x, t)
         act2, bucket2 = torch.cat([actions, actions]), torch.cat([bucket, bucket])
-        return cfg_pair(lambda x2, t2: self.net.forward_from_share(x2, t2, shares, act2, bucket2), x, t, guidance)
+        both = self._residual(lambda x2, t2: self.net.forward_from_share(x2, t2, shares, act2, bucket2),
+                              torch.cat([last, torch.zeros_like(last)]))  # no history: anchor zero
+        return cfg_pair(both, x, t, guidance)
+
+    def _residual(self, net_call: VModel, anchor: torch.Tensor) -> VModel:
+        return net_call if self.log_sigmas is None else residual_v(net_call, anchor, self.log_sigmas)

@@ -37,13 +37,16 @@ class FrameGraph(torch.nn.Module):
     the guided U-Net with the schedule's coefficients as constants, and the decode. One graph means
     one call per frame: no Python between the steps, and one thread pool for all of it."""
 
-    def __init__(self, net: torch.nn.Module, codec, schedule, alphas_cumprod: tuple[float, ...], guided: bool = True):
-        """``schedule``: the solver's (diffusion/sampling.py), over the training schedule ``alphas_cumprod``."""
-        from ..diffusion.denoiser import ContextShares, GuidedStep
+    def __init__(self, net: torch.nn.Module, codec, schedule, alphas_cumprod: tuple[float, ...], guided: bool = True,
+                 residual: bool = False):
+        """``schedule``: the solver's (diffusion/sampling.py), over the training schedule ``alphas_cumprod``;
+        ``residual``: the model's DenoiserConfig.residual."""
+        from ..diffusion.denoiser import ContextShares, GuidedStep, schedule_log_sigmas
 
         super().__init__()
-        self.shares, self.step, self.ae = ContextShares(net), GuidedStep(net, guided), codec.ae
-        self.codec, self.schedule, self.alphas_cumprod = codec, schedule, alphas_cumprod
+        log_sigmas = schedule_log_sigmas(alphas_cumprod) if residual else None
+        self.shares, self.step, self.ae = ContextShares(net), GuidedStep(net, guided, log_sigmas), codec.ae
+        self.codec, self.schedule, self.alphas_cumprod, self.residual = codec, schedule, alphas_cumprod, residual
 
     def forward(self, context: torch.Tensor, actions: torch.Tensor, bucket: torch.Tensor, guidance: torch.Tensor,
                 noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -52,7 +55,8 @@ class FrameGraph(torch.nn.Module):
         from ..diffusion.sampling import solve
 
         shares = self.shares(context)
-        z = solve(lambda x, t: self.step(x, t, shares, actions, bucket, guidance), noise, self.schedule,
+        last = context[:, -1]
+        z = solve(lambda x, t: self.step(x, t, shares, last, actions, bucket, guidance), noise, self.schedule,
                   self.alphas_cumprod)
         return z, self.codec.decode_pixels(z)
 
@@ -98,7 +102,7 @@ def graph_key(graph: FrameGraph, example: tuple) -> str:
     for name, t in sorted(graph.state_dict().items()):  # the U-Net's and the AE's weights
         h.update(name.encode())
         h.update(t.detach().cpu().contiguous().numpy().tobytes())
-    settings = {"scale": graph.codec.scale, "guided": graph.step.guided, "schedule": repr(graph.schedule),
+    settings = {"scale": graph.codec.scale, "guided": graph.step.guided, "residual": graph.residual, "schedule": repr(graph.schedule),
                 "alphas": repr(graph.alphas_cumprod), "shapes": [list(x.shape) for x in example], "opset": OPSET,
                 "versions": [torch.__version__, diffusers.__version__, onnx.__version__, onnxruntime.__version__]}
     h.update(json.dumps(settings, sort_keys=True, default=str).encode())
@@ -149,11 +153,11 @@ class OnnxPath:
     """A model's frame graph in ONNX Runtime. Sessions are thread-safe, so players share one."""
 
     def __init__(self, net: torch.nn.Module, codec, schedule, alphas_cumprod: tuple[float, ...], context: int,
-                 guided: bool = True, threads: int | None = None):
+                 guided: bool = True, threads: int | None = None, residual: bool = False):
         C, h, w = codec.latent_shape()
         example = (torch.zeros(1, context, C, h, w), torch.zeros(1, context, dtype=torch.long),
                    torch.zeros(1, dtype=torch.long), torch.tensor(1.5), torch.zeros(1, C, h, w))
-        graph = FrameGraph(net, codec, schedule, alphas_cumprod, guided)
+        graph = FrameGraph(net, codec, schedule, alphas_cumprod, guided, residual)
         model, self.source = cached_graph(graph, example)  # source: "cache" or "exported"
         self.graph = open_graph(model, threads or torch.get_num_threads())
         self.codec = codec

@@ -75,7 +75,7 @@ class NeuralWorld:
         if not fast.available():
             raise UserError("onnx or onnxruntime is not installed", "pip install onnx onnxruntime, or pass --runtime torch")
         return fast.OnnxPath(net, self.codec, self.schedule, self.denoiser.alphas_cumprod, self.context,
-                             guided=self.guidance != 1.0)
+                             guided=self.guidance != 1.0, residual=self.denoiser.cfg.residual)
 
     def for_player(self) -> "NeuralWorld":
         """Another player's world over the same networks (shared, read-only): only the ring, the

@@ -85,6 +85,7 @@ def distill(teacher_dir: str | Path, data: str | Path, out: str | Path, cfg: Dis
     one_step = guided.schedule("ddim", 1)  # the student plays in one DDIM step, from the same noise
 
     student = copy.deepcopy(teacher).train().requires_grad_(True)
+    student_denoiser = Denoiser(student, meta.denoiser)  # the teacher's parameterisation, unguided
     opt = torch.optim.Adafactor(student.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
     start, losses = 0, []
     state = run.resume(warn)
@@ -102,7 +103,7 @@ def distill(teacher_dir: str | Path, data: str | Path, out: str | Path, cfg: Dis
         ctx, acts, _ = batch_of(windows, idx, device)
         noise = draws.noise.to(device)
         target = guided.sample(ctx, acts, noise, teacher_sampler)
-        pred = solve(lambda x, t: student(x, t.expand(B), ctx, acts, bucket), noise, one_step, guided.alphas_cumprod)
+        pred = solve(student_denoiser.guided_by_bucket(ctx, acts, bucket, 1.0), noise, one_step, guided.alphas_cumprod)
         loss = torch.nn.functional.mse_loss(pred, target)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(student.parameters(), cfg.grad_clip)

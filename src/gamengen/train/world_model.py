@@ -168,6 +168,7 @@ def _upgrade_old_settings(old: dict) -> None:
         old.get("denoiser", {}).pop(moved, None)
     old.get("denoiser", {}).setdefault("timesteps", "uniform")  # runs from before the choice drew uniformly
     old.get("denoiser", {}).setdefault("unroll", 0.0)  # and had no unrolls
+    old.get("denoiser", {}).setdefault("residual", False)  # and diffused the frame itself
 
 
 def sample_grid(denoiser: Denoiser, codec, windows: LatentWindows, n: int, sampler: SamplerConfig) -> np.ndarray:
