@@ -6,8 +6,10 @@
 #   scripts/cpu-issue17.sh data     # the training store and the two eval stores (seconds)
 #   scripts/cpu-issue17.sh ae       # the long AE run: cpu-16ch on whole frames, the AE levers' winner (hours)
 #   scripts/cpu-issue17.sh eval-ae  # its ceiling on the skip-2 eval store
-#   scripts/cpu-issue17.sh wm LEVER  # a world model on that AE for 60 minutes of 2 cores (equal time;
-#                                    # run it once per lever: a second call trains 60 more minutes)
+#   scripts/cpu-issue17.sh wm LEVER  # a world model on that AE for MINUTES (default 60) minutes (equal
+#                                    # time; a second call trains that long again). Two levers side by side,
+#                                    # one core each: OMP_NUM_THREADS=1 MINUTES=40 scripts/cpu-issue17.sh wm A &
+#                                    # (the same for B), as the AE levers were compared.
 #   scripts/cpu-issue17.sh eval-wm LEVER   # the same eval for every lever, on the skip-2 eval store
 #
 # LEVER: base (cpu-m, context 16, the paper's uniform timesteps), lognormal (EDM's noise levels),
@@ -47,7 +49,7 @@ case "${1:?usage: scripts/cpu-issue17.sh data|ae|eval-ae|wm LEVER|eval-wm LEVER}
     esac
     if [ "$1" = wm ]; then
       $GG train --data data/train-k2 --ae runs/ae-long --out "runs/wm-$lever" $flags --steps 1000000 \
-        --max-minutes 60 --checkpoint-every 200 --sample-every 2000
+        --max-minutes "${MINUTES:-60}" --checkpoint-every 200 --sample-every 2000
     else
       $GG eval --model "runs/wm-$lever/model" --data data/eval-k2 --out "runs/eval-wm-$lever" --samples 64 \
         --episodes 8 --ar-steps 64 --long-steps 1000 --action-contexts 24
