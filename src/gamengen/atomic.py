@@ -40,6 +40,36 @@ def write_json_atomic(path: str | os.PathLike, obj) -> None:
     write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
 
 
+def write_folder_atomic(folder: str | os.PathLike, write) -> None:
+    """``write(tmp)`` a whole folder into a temporary sibling, make it durable, then rename it into
+    place; an old folder is renamed aside first and removed last, so a crash leaves either the old
+    folder or the new one."""
+    import shutil
+
+    folder = Path(folder).absolute()
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+    old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
+    for stale in (tmp, old):
+        shutil.rmtree(stale, ignore_errors=True)
+    try:
+        write(tmp)
+        for path in [*sorted(tmp.rglob("*"), reverse=True), tmp]:  # files before the folders that hold them
+            if path.is_dir():
+                fsync_dir(path)
+            else:
+                with open(path, "rb") as f:
+                    os.fsync(f.fileno())
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if folder.exists():
+        os.replace(folder, old)
+    os.replace(tmp, folder)
+    fsync_dir(folder.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def append_line_durable(path: str | os.PathLike, line: str) -> None:
     """Append one JSON line with a single write(2) on an O_APPEND descriptor, then fsync.
 

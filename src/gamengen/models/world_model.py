@@ -19,14 +19,13 @@ docs/world_model.md describes every field.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from ..atomic import fsync_dir, write_bytes_atomic, write_json_atomic
+from ..atomic import write_bytes_atomic, write_folder_atomic, write_json_atomic
 from ..diffusion.denoiser import DenoiserConfig
 from ..diffusion.sampling import SOLVERS
 from ..errors import UserError
@@ -164,7 +163,7 @@ class WorldModel:
                 _write_starts(tmp, self.meta.env_id, self.starts)
             write_bytes_atomic(tmp / CARD, (card or self.default_card()).encode())
 
-        _swap_in(folder, write)
+        write_folder_atomic(folder, write)
 
     def default_card(self) -> str:
         m, s = self.meta, self.sampler
@@ -226,7 +225,7 @@ def upgrade(folder: str | Path, out: str | Path | None = None) -> Path:
         shutil.copytree(folder, tmp, ignore=shutil.ignore_patterns(".*.tmp-*"))  # no stale temporary files
         _write_meta(tmp, meta, sampler)
 
-    _swap_in(target, write)
+    write_folder_atomic(target, write)
     return target
 
 
@@ -304,36 +303,3 @@ def _write_starts(folder: Path, env_id: str, starts: list[Start]) -> None:
     write_bytes_atomic(folder / STARTS_TENSORS, save(tensors))
     write_json_atomic(folder / STARTS_JSON, {"env_id": env_id, "starts": [
         {"episode": s.episode, "env_seed": s.env_seed, "t": len(s.prefix)} for s in starts]})
-
-
-def _swap_in(folder: Path, write) -> None:
-    """``write(tmp)`` a whole folder into a temporary sibling, make it durable, then rename it into
-    place; an old folder is renamed aside first and removed last."""
-    folder = folder.absolute()
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
-    old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
-    for stale in (tmp, old):
-        shutil.rmtree(stale, ignore_errors=True)
-    try:
-        write(tmp)
-        for path in sorted(tmp.rglob("*"), reverse=True):  # files before the folders that hold them
-            _fsync(path)
-        _fsync(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if folder.exists():
-        os.replace(folder, old)
-    os.replace(tmp, folder)
-    fsync_dir(folder.parent)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _fsync(path: Path) -> None:
-    if path.is_dir():
-        fsync_dir(path)
-        return
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
-
