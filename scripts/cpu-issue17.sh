@@ -22,6 +22,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GG=${GG:-.venv/bin/gamengen}
+AE=${AE:-runs/ae-long}  # the world-model stages' autoencoder; runs on another AE go to runs/wm-<its name>-LEVER
+if [ "$AE" = runs/ae-long ]; then tag=""; else tag="-$(basename "$AE")"; fi
 case "${1:?usage: scripts/cpu-issue17.sh data|ae|eval-ae|wm LEVER|eval-wm LEVER}" in
   data)
     $GG record --env vizdoom:freedoom1/E1M1 --policy random --steps 100000 --workers 2 --frame-skip 2 --seed 3 --out data/train-k2
@@ -48,10 +50,10 @@ case "${1:?usage: scripts/cpu-issue17.sh data|ae|eval-ae|wm LEVER|eval-wm LEVER}
       *) echo "unknown lever $lever" >&2; exit 2 ;;
     esac
     if [ "$1" = wm ]; then
-      $GG train --data data/train-k2 --ae runs/ae-long --out "runs/wm-$lever" $flags --steps 1000000 \
+      $GG train --data data/train-k2 --ae "$AE" --out "runs/wm$tag-$lever" $flags --steps 1000000 \
         --max-minutes "${MINUTES:-60}" --checkpoint-every 200 --sample-every 2000
     else
-      $GG eval --model "runs/wm-$lever/model" --data data/eval-k2 --out "runs/eval-wm-$lever" --samples 64 \
+      $GG eval --model "runs/wm$tag-$lever/model" --data data/eval-k2 --out "runs/eval-wm$tag-$lever" --samples 64 \
         --episodes 8 --ar-steps 64 --long-steps 1000 --action-contexts 24
     fi
     ;;

@@ -150,10 +150,12 @@ def run_server(player, config, open_browser: bool) -> None:
 
     serve_forever(player, config, ready)
 
-def record_config(env, policy, steps, episodes, seed, workers, resolution, frame_skip, automap, max_episode_steps):
+def record_config(env, policy, steps, episodes, seed, workers, resolution, frame_skip, automap, max_episode_steps,
+                  labels: bool = False, events: bool = False):
     from ..record.recorder import RecordConfig
 
     h, w = parse_resolution(resolution)
     return RecordConfig(env_id=env, policy=policy, steps=steps, episodes=episodes, seed=seed, workers=workers,
                         max_episode_steps=max_episode_steps,
-                        env=EnvConfig(height=h, width=w, frame_skip=frame_skip, automap=automap))
+                        env=EnvConfig(height=h, width=w, frame_skip=frame_skip, automap=automap, labels=labels,
+                                      events=events))

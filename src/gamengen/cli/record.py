@@ -26,6 +26,9 @@ def record(
     resolution: str = typer.Option("160x120", help="WIDTHxHEIGHT (paper preset: 320x240)."),
     frame_skip: int = typer.Option(1, help="Game tics per step (DOOM: 35 tics/s)."),
     automap: bool = typer.Option(False, help="ViZDoom: also store the automap."),
+    labels: bool = typer.Option(False, "--labels", help="ViZDoom: also store which objects are in view (for captions)."),
+    events: bool = typer.Option(False, "--events", help="ViZDoom: fire in-game events (monsters, items, weapons, "
+                                                        "lighting) every 5-10 s of game time, seeded per episode."),
     max_episode_steps: int = typer.Option(1000, help="Cut (truncate) episodes at this length."),
     host: str = typer.Option("127.0.0.1", help="--policy human: address to listen on (loopback by default)."),
     port: int = typer.Option(8000, help="--policy human: port (0 picks a free one)."),
@@ -33,6 +36,9 @@ def record(
 ):
     """Play a game with a policy and write every step to a trajectory store. Re-run to resume."""
     if policy == "human":
+        if labels or events:
+            raise UserError("--labels and --events are not recorded in human play (the browser player)",
+                            "drop them, or record with --policy random or scripted")
         from ..play.players import human_player
         from ..play.server import ServerConfig
 
@@ -49,7 +55,7 @@ def record(
     from ..data.store import Store
 
     cfg = record_config(env, policy, steps, episodes, seed, workers, resolution, frame_skip, automap,
-                        max_episode_steps)
+                        max_episode_steps, labels, events)
     total = steps if steps is not None else episodes
     done = progress_done(Store.open(out), cfg) if (out / "store.json").exists() else 0
     unit = "steps" if steps is not None else "episodes"
@@ -118,6 +124,38 @@ def data_preview(
     rec = st.find(episode) if episode else recs[0]
     n = preview_episode(st, rec, out, start, frames, scale)
     typer.echo(f"wrote {out} ({n} frames of {rec.path})")
+
+
+@data_app.command("caption")
+def data_caption(
+    store: Path,
+    episode: Optional[str] = typer.Option(None, help="Episode id (default: the first listed)."),
+    start: int = typer.Option(0, help="First step."),
+    frames: int = typer.Option(140, help="How many steps (GameGen-X's clips are 4-16 s; 140 = 8 s at frame skip 2)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the ten fields and both texts as JSON."),
+):
+    """Print the structured GEN and INS captions (GameGen-X §3.2) of a stretch of an episode (docs/captions.md)."""
+    from ..data.captions import caption, caption_text, instruction_text
+    from ..data.store import Store
+
+    st = Store.open(store)
+    recs = st.episodes()
+    if not recs:
+        raise UserError(f"{store} lists no episodes", "record some with `gamengen record`")
+    if frames < 1:
+        raise UserError(f"--frames must be at least 1, got {frames}", "e.g. --frames 140")
+    rec = st.find(episode) if episode else recs[0]
+    if not 0 <= start < rec.length:
+        raise UserError(f"--start {start} is outside episode {rec.path} ({rec.length} steps)",
+                        f"pick --start from 0 to {rec.length - 1}")
+    fields = caption(st, rec, start, min(start + frames, rec.length))
+    if as_json:
+        typer.echo(json.dumps({"episode": rec.path, "start": start, "end": min(start + frames, rec.length),
+                               "fields": fields, "caption": caption_text(fields),
+                               "instruction": instruction_text(fields)}, indent=2))
+        return
+    typer.echo(f"GEN: {caption_text(fields)}")
+    typer.echo(f"INS: {instruction_text(fields)}")
 
 
 @data_app.command("export")

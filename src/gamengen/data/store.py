@@ -8,6 +8,9 @@ Layout::
     <store>/<shard>/<episode>/         one zarr v3 group per episode
     <store>/<shard>/.tmp-<episode>/    an episode being written; renamed into place when complete
 
+Optional per-step data (format version 2): ``labels`` (objects in view) and ``events`` (in-game
+events fired during recording), each present in every episode of a store whose store.json says so.
+
 One process writes one shard, so shards from several workers or machines sit side by side and merge
 by copying their folders next to each other.
 """
@@ -30,11 +33,16 @@ import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from ..atomic import append_line_durable, fsync_dir, write_json_atomic
-from ..envs.base import ActionSet
+from ..envs.base import ActionSet, GameEvent
 from ..errors import UserError
 
 FORMAT = "gamengen-trajectory-store"
-FORMAT_VERSION = 1
+# Version 2 adds the optional labels and events. A store that uses neither is still written as
+# version 1, byte for byte as before, so older readers keep reading it; one that uses them says 2,
+# so an older gamengen refuses it rather than silently mixing in episodes without them.
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+MAX_LABEL_COUNT = 255  # labels are uint8 counts; more objects of one type in view saturate here
 FRAME_CHUNK = 32  # frames per chunk (docs/dataset.md): a training window touches few chunks
 TABLE_CHUNK = 4096  # steps per chunk for the small per-step arrays
 TMP_PREFIX = ".tmp-"
@@ -53,39 +61,69 @@ class StoreSpec:
     variables: tuple[str, ...] = ()
     images: tuple[str, ...] = ()  # extra pictures beside `frames`, e.g. ("automap",)
     compression_level: int = 1  # zstd level of the frame chunks
+    labels: bool = False  # every episode has `labels` (objects in view) and attrs `label_names`
+    # The fixed event vocabulary, NO_EVENT first, so `events[t] = k` names events[k]; empty: no
+    # events. event_period_s is the gap range the schedule drew from (envs.base.event_schedule).
+    events: tuple[GameEvent, ...] = ()
+    event_period_s: tuple[float, float] | None = None
+
+    @property
+    def version(self) -> int:
+        return 2 if self.labels or self.events else 1
 
     def to_json(self) -> dict:
-        d = asdict(self)
-        d["action_set"] = self.action_set.to_json()
-        d["variables"], d["images"] = list(self.variables), list(self.images)
-        return {"format": FORMAT, "version": FORMAT_VERSION, **d}
+        d = {"env_id": self.env_id, "height": self.height, "width": self.width,
+             "action_set": self.action_set.to_json(), "frame_skip": self.frame_skip, "fps": self.fps,
+             "variables": list(self.variables), "images": list(self.images),
+             "compression_level": self.compression_level}
+        if self.labels:
+            d["labels"] = True
+        if self.events:
+            d["events"] = [e.to_json() for e in self.events]
+            d["event_period_s"] = list(self.event_period_s or ())
+        return {"format": FORMAT, "version": self.version, **d}
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> "StoreSpec":
         if d.get("format") != FORMAT:
             raise UserError(f"{where} is not a gamengen store description", "point at a folder made by `gamengen record`")
-        if d.get("version") != FORMAT_VERSION:
-            raise UserError(f"{where} has store format version {d.get('version')}, this gamengen reads {FORMAT_VERSION}",
-                            "upgrade gamengen or re-record")
+        if d.get("version") not in READABLE_VERSIONS:
+            raise UserError(f"{where} has store format version {d.get('version')}, this gamengen reads "
+                            + " and ".join(map(str, READABLE_VERSIONS)), "upgrade gamengen or re-record")
         try:
+            events = tuple(GameEvent.from_json(e) for e in d.get("events", ()))
+            if events and events[0].name != "none":
+                raise ValueError("events[0] must be the 'none' event")
+            period = d.get("event_period_s")
             return cls(d["env_id"], int(d["height"]), int(d["width"]), ActionSet.from_json(d["action_set"]),
                        int(d["frame_skip"]), float(d["fps"]), tuple(d.get("variables", ())), tuple(d.get("images", ())),
-                       int(d.get("compression_level", 1)))
+                       int(d.get("compression_level", 1)), bool(d.get("labels", False)), events,
+                       tuple(float(v) for v in period) if events and period else None)
         except (KeyError, TypeError, ValueError) as e:
             raise UserError(f"{where} is missing or has a bad field ({e})", "restore store.json from a backup") from None
 
     def mismatch(self, other: "StoreSpec") -> str | None:
         """The first difference that makes episodes of the two specs impossible to mix, if any."""
+        def events(spec: StoreSpec) -> str:
+            if not spec.events:
+                return "off"
+            lo, hi = spec.event_period_s or (0, 0)
+            return f"on ({len(spec.events) - 1} kinds, every {lo:g}-{hi:g} s)"
+
         checks = [
             ("env", self.env_id, other.env_id),
             ("resolution", f"{self.width}x{self.height}", f"{other.width}x{other.height}"),
             ("action set", list(self.action_set.names), list(other.action_set.names)),
             ("frame skip", self.frame_skip, other.frame_skip),
             ("extra images", list(self.images), list(other.images)),
+            ("labels", "on" if self.labels else "off", "on" if other.labels else "off"),
+            ("events", events(self), events(other)),
         ]
         for what, mine, theirs in checks:
             if mine != theirs:
                 return f"{what} {mine} (store) vs {theirs} (this run)"
+        if self.events != other.events or self.event_period_s != other.event_period_s:
+            return "event vocabulary or period differs between the store and this run"
         return None
 
 
@@ -309,13 +347,17 @@ class EpisodeWriter:
         self.terminated: list[bool] = []
         self.truncated: list[bool] = []
         self.variables: list[list[float]] = []
+        self.labels: list[dict[str, int]] = []
+        self.events: list[int] = []
 
     def __len__(self) -> int:
         return len(self.actions)
 
     def add(self, frame: np.ndarray, action: int, reward: float, terminated: bool, truncated: bool,
-            variables: dict[str, float], images: dict[str, np.ndarray] | None = None) -> None:
-        """One step: ``frame`` was shown, ``action`` was taken after it and led to ``reward``/flags."""
+            variables: dict[str, float], images: dict[str, np.ndarray] | None = None,
+            labels: dict[str, int] | None = None, event: int = 0) -> None:
+        """One step: ``frame`` was shown, ``action`` was taken after it and led to ``reward``/flags.
+        ``labels`` (objects in view by type) belong to ``frame``; ``event`` was fired with ``action``."""
         t = len(self.actions)
         k = t % FRAME_CHUNK
         self._buffers["frames"][k] = frame
@@ -326,6 +368,12 @@ class EpisodeWriter:
         self.terminated.append(bool(terminated))
         self.truncated.append(bool(truncated))
         self.variables.append([variables.get(v, float("nan")) for v in self.spec.variables])
+        if self.spec.labels:
+            self.labels.append(dict(labels or {}))
+        if self.spec.events:
+            if not 0 <= event < len(self.spec.events):
+                raise ValueError(f"event {event} is outside the store's vocabulary of {len(self.spec.events)}")
+            self.events.append(int(event))
         if k == FRAME_CHUNK - 1:
             self._flush(t + 1)
 
@@ -373,9 +421,16 @@ class EpisodeWriter:
         nv = len(self.spec.variables)
         g.create_array("game_variables", data=np.asarray(self.variables, np.float32).reshape(T, nv),
                        chunks=(TABLE_CHUNK, max(nv, 1)), compressors=codecs)
+        extra_attrs = {}
+        if self.spec.events:
+            g.create_array("events", data=np.asarray(self.events, np.int16), **table)
+        if self.spec.labels:
+            names, counts = _label_table(self.labels)
+            g.create_array("labels", data=counts, chunks=(TABLE_CHUNK, max(len(names), 1)), compressors=codecs)
+            extra_attrs["label_names"] = list(names)
         meta = {**self.meta, "return": float(np.sum(self.rewards)), "terminated": self.terminated[-1],
                 "truncated": self.truncated[-1], "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        g.attrs.update({"length": T, "meta": meta, **self.spec.to_json()})
+        g.attrs.update({"length": T, "meta": meta, **extra_attrs, **self.spec.to_json()})
         # Durability before visibility: fsync every file, then rename, then list in the manifest.
         digest = tree_sha256(self.tmp, fsync=True)
         os.rename(self.tmp, self.shard.dir / self.id)  # fails loudly rather than replace an episode
@@ -386,10 +441,37 @@ class EpisodeWriter:
         return rec
 
 
+def _label_table(per_step: list[dict[str, int]]) -> tuple[tuple[str, ...], np.ndarray]:
+    """Per-step {object name: count} -> (the episode's names, sorted; (T, K) uint8 counts)."""
+    names = tuple(sorted({name for step in per_step for name in step}))
+    column = {name: j for j, name in enumerate(names)}
+    counts = np.zeros((len(per_step), len(names)), np.uint8)
+    for t, step in enumerate(per_step):
+        for name, n in step.items():
+            counts[t, column[name]] = min(int(n), MAX_LABEL_COUNT)
+    return names, counts
+
+
+def read_events(group: zarr.Group, start: int = 0, end: int | None = None) -> np.ndarray | None:
+    """``events[start:end]`` (int16 indices into the spec's vocabulary), or None for an episode
+    recorded without events."""
+    return np.asarray(group["events"][start:end], np.int16) if "events" in group else None
+
+
+def read_labels(group: zarr.Group, start: int = 0, end: int | None = None) -> tuple[tuple[str, ...], np.ndarray] | None:
+    """(names, counts[start:end]) of the objects in view, or None for an episode without labels.
+    ``counts[t, j]`` is how many objects named ``names[j]`` frame t shows (uint8, saturating)."""
+    if "labels" not in group:
+        return None
+    return tuple(group.attrs.get("label_names", ())), np.asarray(group["labels"][start:end], np.uint8)
+
+
 def spec_of(env, compression_level: int = 1, images: tuple[str, ...] | None = None) -> StoreSpec:
     """The store spec of a game's data (``env``: an envs.base.GameEnv); ``images`` narrows which
-    extra pictures are stored."""
+    extra pictures are stored. Labels and events come from the adapter (ViZDoom only)."""
     c = env.config
     images = tuple(env.image_names) if images is None else images
+    events = tuple(getattr(env, "events", ()))
     return StoreSpec(env.env_id, c.height, c.width, env.action_set, c.frame_skip, env.fps,
-                     tuple(env.variable_names), images, compression_level)
+                     tuple(env.variable_names), images, compression_level, bool(getattr(env, "has_labels", False)),
+                     events, tuple(c.event_period_s) if events else None)

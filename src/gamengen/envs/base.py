@@ -1,13 +1,14 @@
 """The one small protocol every game adapter follows.
 
 An adapter turns a real game into: uint8 RGB frames at a configured resolution, a discrete set of
-named actions (button combinations), a dict of game variables, and per-episode seeding.
+named actions (button combinations), a dict of game variables, and per-episode seeding. ViZDoom
+also reports the objects in view (labels) and can fire in-game events on a seeded schedule.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Iterator, Protocol
 
 import numpy as np
 
@@ -25,12 +26,25 @@ class EnvConfig:
     frame_skip: int = 1
     # ViZDoom only: also render the automap (the PPO agent's second input, paper App. A.3).
     automap: bool = False
+    # ViZDoom only: report which object types are in view on every frame (Step.labels).
+    labels: bool = False
+    # ViZDoom only: fire in-game events (monsters, items, weapons, lighting) on a schedule drawn
+    # from the episode's seed, as GameGen-X's local recordings change in-game events every
+    # 5-10 s (§3.2, OGameData). ``event_period_s`` is that gap in seconds of game time; the CLI
+    # keeps the paper's 5-10 s, tests shorten it so short recordings hold several events.
+    events: bool = False
+    event_period_s: tuple[float, float] = (5.0, 10.0)
 
     def __post_init__(self):
         if self.height < 8 or self.width < 8:
             raise UserError(f"resolution {self.width}x{self.height} is too small", "use at least 8x8, e.g. 160x120")
         if self.frame_skip < 1:
             raise UserError(f"frame_skip must be >= 1, got {self.frame_skip}", "pass --frame-skip 1 or more")
+        period = tuple(float(v) for v in self.event_period_s)
+        if len(period) != 2 or not 0 < period[0] <= period[1]:
+            raise UserError(f"event period {self.event_period_s} is not a (shortest, longest) gap in seconds",
+                            "e.g. event_period_s=(5.0, 10.0)")
+        self.event_period_s = period
 
 
 @dataclass(frozen=True)
@@ -53,12 +67,74 @@ class ActionSet:
         return cls(tuple(d["names"]), tuple(d.get("buttons", ())), tuple(tuple(c) for c in d.get("combos", ())))
 
 
+@dataclass(frozen=True)
+class GameEvent:
+    """One entry of a game's fixed event vocabulary: console commands the game runs as one event.
+
+    ``effect`` says how the event shows in recorded data, so captions can tell an event that took
+    effect from one that did not (a summon into a wall, a give that a scenario's script undoes):
+    ``label:<object name>`` (that object comes into view), ``var:<NAME>>`` (the game variable
+    rises), ``var:<NAME>=<v>`` (it becomes v), ``light>``/``light<`` (the picture gets brighter or
+    darker), ``tint:red``/``tint:green``/``tint:grey``. ``lasts_s`` is how long a lighting effect
+    stays (None: until the episode ends or another lighting event of the same kind replaces it).
+    """
+
+    name: str
+    commands: tuple[str, ...] = ()
+    kind: str = "none"  # none, monster, object, item, weapon, light
+    text: str = ""  # what happens, as a caption phrase
+    effect: str = ""
+    lasts_s: float | None = None
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "commands": list(self.commands), "kind": self.kind, "text": self.text,
+                "effect": self.effect, "lasts_s": self.lasts_s}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "GameEvent":
+        lasts = d.get("lasts_s")
+        return cls(str(d["name"]), tuple(d.get("commands", ())), str(d.get("kind", "none")), str(d.get("text", "")),
+                   str(d.get("effect", "")), None if lasts is None else float(lasts))
+
+
+NO_EVENT = GameEvent("none", text="nothing happens")
+EVENT_STREAM = 0x65766E74  # "evnt": keeps the event draws apart from every other use of an episode seed
+
+
+def event_schedule(seed: int, fps: float, period_s: tuple[float, float], n_events: int) -> Iterator[tuple[int, int]]:
+    """The events of one episode, in order, as (step, k): event k (1..n_events) is fired at step t.
+
+    A pure function of the episode's env seed, its steps per second and the period: gaps are drawn
+    uniformly in ``period_s`` seconds of game time and the event uniformly from the vocabulary, so
+    an episode replays from its env seed and actions with its events. Step t's event is sent just
+    before ``actions[t]`` runs (docs/dataset.md, time indexing). Never two on one step; never step 0.
+    """
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed) % 2**63, EVENT_STREAM]))
+    at_s, last = 0.0, 0
+    while True:
+        at_s += float(rng.uniform(*period_s))
+        k = 1 + int(rng.integers(n_events))
+        last = max(last + 1, round(at_s * fps))
+        yield last, k
+
+
+def event_array(seed: int, steps: int, fps: float, period_s: tuple[float, float], n_events: int) -> np.ndarray:
+    """The `events` array an episode of ``steps`` steps records: (steps,) int16, 0 = no event."""
+    out = np.zeros(steps, np.int16)
+    for t, k in event_schedule(seed, fps, period_s, n_events):
+        if t >= steps:
+            return out
+        out[t] = k
+
+
 @dataclass
 class Step:
     """What the game shows after reset or after one action.
 
     ``frame`` is None only when the game gives no picture after the final action (ViZDoom).
-    ``images`` holds extra pictures such as the automap.
+    ``images`` holds extra pictures such as the automap. ``labels`` counts the objects in view by
+    type (ViZDoom with EnvConfig.labels; the player itself excluded). ``event`` is the event fired
+    together with the action that led here (0: none), like ``reward`` the outcome of that action.
     """
 
     frame: np.ndarray | None  # (H, W, 3) uint8
@@ -67,9 +143,15 @@ class Step:
     truncated: bool = False
     variables: dict[str, float] = field(default_factory=dict)
     images: dict[str, np.ndarray] = field(default_factory=dict)
+    labels: dict[str, int] = field(default_factory=dict)
+    event: int = 0
 
 
 class GameEnv(Protocol):
+    """A real game. Adapters may also have ``events`` (their event vocabulary, NO_EVENT first,
+    empty when events are off), ``has_labels`` (Step.labels is filled) and ``title`` (the level's
+    name); readers use getattr for these, so adapters without them need no change."""
+
     env_id: str
     config: EnvConfig
     action_set: ActionSet

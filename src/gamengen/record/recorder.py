@@ -3,6 +3,10 @@
 Each worker process owns one shard ``s<seed>-w<worker>``. Episode i of a shard is seeded from
 (seed, worker, i) alone, so a recorder killed at any moment and run again continues exactly where
 the last complete episode ended and produces the same data an uninterrupted run would have.
+
+With ``--events`` the game fires in-game events on a schedule drawn from each episode's env seed
+(envs.base.event_schedule, as GameGen-X §3.2 changes events every 5-10 s); the recorder logs each
+step's event and, with ``--labels``, the objects in view, for captions (data/captions.py).
 """
 
 from __future__ import annotations
@@ -53,6 +57,10 @@ class RecordConfig:
             raise UserError(f"--workers must be at least 1, got {self.workers}", "e.g. --workers 2")
         if self.max_episode_steps < 2:
             raise UserError("--max-episode-steps must be at least 2", "e.g. --max-episode-steps 1000")
+        for flag, on in (("--labels", self.env.labels), ("--events", self.env.events)):
+            if on and not self.env_id.startswith("vizdoom:"):
+                raise UserError(f"{flag} needs a ViZDoom game, not {self.env_id}",
+                                f"drop {flag}, or record e.g. --env vizdoom:freedoom1/E1M1")
 
     def budget(self, worker: int) -> int:
         """This worker's share of the steps (or episodes)."""
@@ -91,17 +99,21 @@ def record_shard(root: Path, cfg: RecordConfig, worker: int, report: Callable[[i
                 break
             limit = cfg.max_episode_steps if cfg.steps is None else min(cfg.max_episode_steps, left)
             env_seed, policy_seed = episode_seeds(cfg.seed, worker, index)
-            writer = shard.begin(f"e{index:06d}", {"policy": policy.id, "seed": cfg.seed, "worker": worker,
-                                                   "index": index, "env_seed": env_seed,
-                                                   "game_version": env.game_version})
+            meta = {"policy": policy.id, "seed": cfg.seed, "worker": worker, "index": index, "env_seed": env_seed,
+                    "game_version": env.game_version}
+            if getattr(env, "title", None):
+                meta["title"] = env.title  # the level's name, for captions
+            writer = shard.begin(f"e{index:06d}", meta)
             policy.reset(np.random.default_rng(policy_seed))
             obs = env.reset(env_seed)
             while True:
                 action = policy.act(obs)
                 nxt = env.step(action)
                 cut = len(writer) + 1 >= limit and not (nxt.terminated or nxt.truncated)
+                # row t: obs is frames[t] with its variables and objects in view; the event was
+                # fired together with this action, so it is an outcome of row t like the reward
                 writer.add(obs.frame, action, nxt.reward, nxt.terminated, nxt.truncated or cut,
-                           obs.variables, obs.images)
+                           obs.variables, obs.images, obs.labels, nxt.event)
                 if cfg.steps is not None and len(writer) % 64 == 0:
                     report(64)
                 if nxt.terminated or nxt.truncated or cut:

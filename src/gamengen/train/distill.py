@@ -87,12 +87,7 @@ def distill(teacher_dir: str | Path, data: str | Path, out: str | Path, cfg: Dis
     student = copy.deepcopy(teacher).train().requires_grad_(True)
     student_denoiser = Denoiser(student, meta.denoiser)  # the teacher's parameterisation, unguided
     opt = torch.optim.Adafactor(student.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
-    start, losses = 0, []
-    state = run.resume(warn)
-    if state is not None:
-        student.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        start, losses = int(state["step"]), list(state["losses"])
+    start, losses, _ = run.resume_into(student, opt, warn)
     shape = codec.latent_shape()
     B = cfg.batch_size
     bucket = torch.zeros(B, dtype=torch.long, device=device)  # clean contexts, as at play (noise level 0)

@@ -68,6 +68,16 @@ class RunFolder:
         """The newest whole checkpoint's state, or None for a fresh run."""
         return checkpoint.load_latest(self.checkpoints, warn)
 
+    def resume_into(self, model, optimizer, warn: Callable[[str], None] = print) -> tuple[int, list[float], dict | None]:
+        """Load the newest checkpoint's "model" and "optimizer" into these; -> (step, losses, the whole
+        state for the caller's other entries), or (0, [], None) for a fresh run."""
+        state = self.resume(warn)
+        if state is None:
+            return 0, [], None
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        return int(state["step"]), list(state["losses"]), state
+
     def save(self, step: int, state: dict) -> Path:
         kill = os.environ.get(KILL_AT_SAVE) == str(step)
         return checkpoint.save(self.checkpoints, step, state, keep=self.keep,

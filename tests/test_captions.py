@@ -1,0 +1,189 @@
+"""In-game events, objects in view and structured captions, on real ViZDoom recordings (no mocks).
+
+One short Freedoom E1M1 recording with events and labels is shared by most tests; its events come
+every 1-2 s of game time (EnvConfig.event_period_s, the tests' knob; the CLI keeps 5-10 s) so a few
+hundred steps hold many of them.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import cli, snapshot
+from gamengen.data.captions import (GEN_FIELDS, INS_FIELDS, MAX_TOKENS, MAX_WORDS, Observed, caption, caption_text,
+                                    effect_seen, estimate_tokens, instruction_text, word_count)
+from gamengen.data.store import Store, StoreSpec, read_events, read_labels
+from gamengen.envs import EnvConfig, make_env
+from gamengen.envs.base import event_array
+from gamengen.errors import UserError
+from gamengen.record.recorder import RecordConfig, record
+
+E1M1 = "vizdoom:freedoom1/E1M1"
+FAST_EVENTS = EnvConfig(frame_skip=2, labels=True, events=True, event_period_s=(1.0, 2.0))
+
+
+@pytest.fixture(scope="module")
+def events_store(tmp_path_factory):
+    out = tmp_path_factory.mktemp("events") / "store"
+    record(out, RecordConfig(env_id=E1M1, policy="random", steps=500, max_episode_steps=250, seed=2, env=FAST_EVENTS))
+    return Store.open(out)
+
+
+def test_every_event_shows_its_effect():
+    """Each event of the vocabulary, fired on E1M1's start, shows its documented effect."""
+    env = make_env(E1M1, EnvConfig(labels=True, events=True))
+    noop = env.action_set.names.index("NOOP")
+    try:
+        assert env.events[0].name == "none" and len(env.events) > 15
+        for k in range(1, len(env.events)):
+            steps = [env.reset(1)] + [env.step(noop) for _ in range(3)]
+            t = len(steps) - 1
+            env.fire_event(k)
+            steps += [env.step(noop) for _ in range(40)]
+            assert effect_seen(env.events[k].effect, t, Observed.from_steps(steps, env.variable_names), 40), \
+                env.events[k].name
+    finally:
+        env.close()
+
+
+def test_events_and_labels_are_logged_and_replay(events_store):
+    spec = events_store.spec
+    assert spec.labels and spec.version == 2 and spec.event_period_s == (1.0, 2.0)
+    assert json.loads((events_store.root / "store.json").read_text())["events"][0]["name"] == "none"
+    summons_seen = gives_seen = 0
+    for rec in events_store.episodes():
+        g = events_store.open_episode(rec)
+        events = read_events(g)
+        names, counts = read_labels(g)
+        assert events.dtype == np.int16 and events.shape == (rec.length,)
+        # the schedule is a pure function of the episode's env seed and the step index
+        assert np.array_equal(events, event_array(rec.meta["env_seed"], rec.length, spec.fps, spec.event_period_s,
+                                                  len(spec.events) - 1))
+        assert counts.dtype == np.uint8 and counts.shape == (rec.length, len(names)) and list(names) == sorted(names)
+        assert "DoomPlayer" not in names and counts.sum() > 0
+        obs = Observed({v: np.asarray(g["game_variables"][:, j], float) for j, v in enumerate(spec.variables)},
+                       np.asarray(g["frames"][:], float).mean(axis=(1, 2)), dict(zip(names, counts.T)))
+        for t in np.nonzero(events)[0]:
+            ev = spec.events[events[t]]
+            seen = effect_seen(ev.effect, int(t), obs, 35)
+            summons_seen += bool(seen and ev.kind == "monster")
+            gives_seen += bool(seen and ev.kind in ("item", "weapon"))
+    assert summons_seen >= 1 and gives_seen >= 1, (summons_seen, gives_seen)
+
+    # replay: the env seed and the recorded actions give the same frames and the same events
+    rec = events_store.episodes()[0]
+    g = events_store.open_episode(rec)
+    env = make_env(E1M1, FAST_EVENTS)
+    try:
+        step = env.reset(rec.meta["env_seed"])
+        for t, a in enumerate(g["actions"][:]):
+            assert np.array_equal(step.frame, g["frames"][t]), f"frame {t} differs on replay"
+            step = env.step(int(a))
+            assert step.event == g["events"][t]
+    finally:
+        env.close()
+
+
+def test_captions_say_what_the_recording_holds(events_store):
+    spec = events_store.spec
+    checked_turns, checked_events = set(), 0
+    for rec in events_store.episodes():
+        g = events_store.open_episode(rec)
+        actions, events = g["actions"][:], read_events(g)
+        angle = g["game_variables"][:, spec.variables.index("ANGLE")]
+        for start in range(0, rec.length - 20, 20):
+            end = min(rec.length, start + 40)
+            fields = caption(events_store, rec, start, end)
+            assert tuple(fields) == GEN_FIELDS + INS_FIELDS and all(fields.values())
+            assert caption(events_store, rec, start, end) == fields  # deterministic
+            assert 'E1M1 "Outer Prison"' in fields["Summary"] and "Freedoom: Phase 1" in fields["Game_Meta"]
+            counts = np.bincount(actions[start:end], minlength=len(spec.action_set))
+            dominant = spec.action_set.names[int(np.argmax(counts))]  # argmax takes the first of a tie
+            assert f"(dominant: {dominant})" in fields["Misc"] and f"pressing {dominant}" in fields["Summary"]
+            # camera motion against the recorded ANGLE, unwrapped here independently
+            turns = np.diff(np.degrees(np.unwrap(np.radians(angle[start:end]))))
+            if abs(turns.sum()) >= 60 and abs(turns.sum()) >= 0.8 * np.abs(turns).sum():
+                side = "left" if turns.sum() > 0 else "right"  # DOOM's angle grows counter-clockwise
+                assert f"pan {side} {abs(turns.sum()):.0f} deg" in fields["Misc"], fields["Misc"]
+                assert f"turn{'s' if 'in place' in fields['Summary'] else 'ing'} {side}" in fields["Summary"]
+                checked_turns.add(side)
+            for t in np.nonzero(events[start:end])[0]:
+                if t < 3:  # at most 3 events are spelled out, the first three
+                    assert spec.events[events[start + t]].text in fields["Trans"]
+                    checked_events += 1
+            first = np.nonzero(events[start:end])[0]
+            if len(first):
+                assert spec.events[events[start + first[0]]].text in fields["Summary"]
+            for text in (caption_text(fields), instruction_text(fields)):
+                assert word_count(text) <= MAX_WORDS and estimate_tokens(text) <= MAX_TOKENS
+            raw = " ".join(f"{k}: {v}" for k, v in fields.items() if k in GEN_FIELDS)
+            assert caption_text(fields) == raw  # the length guard never had to cut
+    assert checked_turns == {"left", "right"} and checked_events >= 5
+
+
+def test_a_summon_in_view_makes_a_tense_caption(events_store):
+    spec = events_store.spec
+    for rec in events_store.episodes():
+        g = events_store.open_episode(rec)
+        events = read_events(g)
+        names, counts = read_labels(g)
+        for t in np.nonzero(events)[0]:
+            ev = spec.events[events[t]]
+            label = ev.effect.partition(":")[2]
+            if ev.kind == "monster" and label in names and counts[t + 1:t + 5, names.index(label)].max(initial=0):
+                fields = caption(events_store, rec, int(t), min(rec.length, int(t) + 20))
+                assert fields["Trans"].startswith(f"At 0.0 s {ev.text}") and "(no effect visible)" not in fields["Trans"]
+                assert "monsters:" in fields["Frame_Desc"] and "tense" in fields["Atmosphere"]
+                return
+    pytest.fail("no summoned monster came into view")
+
+
+def test_old_and_plain_stores_read_as_before(tmp_path):
+    # store.json exactly as docs/dataset.md shows a version-1 store
+    old = {"action_set": {"buttons": [], "combos": [], "names": ["NOOP", "UP", "DOWN", "LEFT", "RIGHT"]},
+           "compression_level": 1, "env_id": "toy:cursor", "format": "gamengen-trajectory-store", "fps": 30.0,
+           "frame_skip": 1, "height": 120, "images": [], "variables": ["cursor_x", "cursor_y"], "version": 1,
+           "width": 160}
+    spec = StoreSpec.from_json(old, "store.json")
+    assert not spec.labels and spec.events == () and spec.to_json() == old
+    # a store recorded today without labels and events is still a version-1 store, episode arrays unchanged
+    out = tmp_path / "plain"
+    store = record(out, RecordConfig(env_id=E1M1, steps=60, env=EnvConfig(frame_skip=2)))
+    assert json.loads((out / "store.json").read_text())["version"] == 1
+    g = store.open_episode(store.episodes()[0])
+    assert sorted(g.array_keys()) == ["actions", "frames", "game_variables", "rewards", "terminated", "truncated"]
+    assert read_events(g) is None and read_labels(g) is None
+    fields = caption(store, store.episodes()[0], 0, 60)
+    assert "not recorded" in fields["Trans"] and "not recorded" in fields["Frame_Desc"]
+    assert "summon" not in caption_text(fields) + instruction_text(fields)
+    # a game without variables or a view: a minimal caption from the env id and the keys
+    toy = record(tmp_path / "toy", RecordConfig(env_id="toy:cursor", steps=40))
+    rec = toy.episodes()[0]
+    fields = caption(toy, rec, 0, rec.length)
+    dominant = toy.spec.action_set.names[int(np.argmax(np.bincount(toy.open_episode(rec)["actions"][:])))]
+    assert "toy game cursor" in fields["Summary"] and f"(dominant: {dominant})" in fields["Misc"]
+    assert "Camera motion was not recorded" in fields["Misc"]
+    with pytest.raises(UserError):
+        caption(toy, rec, 0, rec.length + 1)
+
+
+def test_mixing_event_and_label_settings_is_refused(tmp_path):
+    store = tmp_path / "s"
+    base = ["record", "--env", E1M1, "--steps", "40", "--frame-skip", "2", "--out", store]
+    cli(*base, "--events", "--labels", check=True)
+    spec = json.loads((store / "store.json").read_text())
+    assert spec["version"] == 2 and spec["labels"] and spec["event_period_s"] == [5.0, 10.0]
+    before = snapshot(store)
+    for extra, words in (((), "labels on (store) vs off"), (("--labels",), "events on (21 kinds, every 5-10 s) (store) vs off"),
+                         (("--events",), "labels on (store) vs off")):
+        res = cli(*base, "--seed", "1", *extra)
+        assert res.returncode == 2 and words in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+        assert snapshot(store) == before
+    res = cli("data", "caption", store, "--frames", "30", check=True)
+    assert res.stdout.startswith('GEN: Summary: A 1.7-second first-person clip of Freedoom: Phase 1, map E1M1 "Outer')
+    assert "\nINS: Env: Map E1M1" in res.stdout
+    res = cli("record", "--env", "toy:cursor", "--steps", "10", "--events", "--out", tmp_path / "toy")
+    assert res.returncode == 2 and "ViZDoom" in res.stderr and not (tmp_path / "toy").exists()
