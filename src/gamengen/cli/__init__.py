@@ -9,9 +9,9 @@ import typer
 from ..errors import UserError
 from .common import app  # first: it sets OMP_WAIT_POLICY before anything loads torch
 # each registers its commands on `app`; this order is the order `gamengen --help` lists them in
-from . import record, train, play, evaluate, model, bench, curate  # noqa: E402
+from . import record, train, play, evaluate, model, bench, curate, clip  # noqa: E402
 
-__all__ = ["app", "main", "bench", "curate", "evaluate", "model", "play", "record", "train"]
+__all__ = ["app", "main", "bench", "clip", "curate", "evaluate", "model", "play", "record", "train"]
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ from ..data.store import Store
 from ..errors import UserError
 from ..models.autoencoder import AE_PRESETS, FrameCodec, build_autoencoder
 from . import checkpoint
-from .run import RunFolder
+from .run import RunFolder, descend
 
 
 @dataclass
@@ -122,10 +122,7 @@ def train_autoencoder(data: str | Path, out: str | Path, cfg: AETrainConfig,
             x = random_crops(codec.to_pixels(frames.batch(cfg.batch_size)), cfg.crop, H, W, ae_cfg.downsample, rng)
             x = x.to(device)
             loss = loss_fn(x)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
+            descend(loss, opt, params, 1.0)
             done = offset + s + 1
             ran[stage] = s + 1
             report(stage, done, total, loss.item())

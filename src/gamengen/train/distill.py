@@ -33,7 +33,7 @@ from ..data.latents import LatentCache, LatentWindows, split
 from ..data.store import Store
 from ..errors import UserError
 from ..models.world_model import WorldModel
-from .run import Deadline, RunFolder
+from .run import Deadline, RunFolder, descend
 from .world_model import TrainConfig, batch_of, draws_for, subset
 
 
@@ -100,10 +100,7 @@ def distill(teacher_dir: str | Path, data: str | Path, out: str | Path, cfg: Dis
         target = guided.sample(ctx, acts, noise, teacher_sampler)
         pred = solve(student_denoiser.guided_by_bucket(ctx, acts, bucket, 1.0), noise, one_step, guided.alphas_cumprod)
         loss = torch.nn.functional.mse_loss(pred, target)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(student.parameters(), cfg.grad_clip)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        descend(loss, opt, student.parameters(), cfg.grad_clip)
         losses.append(float(loss.detach()))
         report(step + 1, cfg.steps, losses[-1])
         if deadline.passed():

@@ -87,6 +87,16 @@ class RunFolder:
         write_json_atomic(self.root / "losses.json", losses)
 
 
+def descend(loss, optimizer, params, grad_clip: float) -> None:
+    """One optimiser step on ``loss``: fresh gradients, clipped to ``grad_clip`` in total norm."""
+    import torch
+
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    optimizer.step()
+
+
 class Deadline:
     """``max_minutes`` of this invocation (None: no limit). Under several processes all stop at the
     same step: the first clock past the deadline decides for all."""

@@ -22,6 +22,7 @@ from transformers import PreTrainedTokenizerFast, T5EncoderModel, T5ForCondition
 from ..errors import UserError
 from ..models.text_encoder import (EOS, MAX_LENGTH, PAD, SENTINELS, SPECIAL_TOKENS, TEXT_ENCODER_PRESETS, UNK,
                                    CaptionEncoder)
+from .run import descend
 
 Report = Callable[[int, int, float], None]
 
@@ -163,10 +164,7 @@ def pretrain(texts: Sequence[str], preset: str = "cpu", steps: int = 2000, batch
         labels = _pad([tgt + [eos] for _, tgt in pairs], -100)  # -100: ignored by the loss
         loss = model(input_ids=input_ids, attention_mask=(input_ids != tokenizer.pad_token_id).long(),
                      labels=labels).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        descend(loss, optimizer, model.parameters(), 1.0)
         schedule.step()
         if report is not None:
             report(step, steps, float(loss.detach()))

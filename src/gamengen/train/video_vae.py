@@ -30,7 +30,7 @@ from ..data.store import EpisodeRecord, Store
 from ..errors import UserError
 from ..models.autoencoder import FrameCodec
 from ..models.video_vae import VIDEO_VAE_PRESETS, ClipCodec, build_temporal_vae
-from .run import Deadline, RunFolder
+from .run import Deadline, RunFolder, descend
 
 
 @dataclass
@@ -124,10 +124,7 @@ def train_video_vae(data: str | Path, ae: str | Path, out: str | Path, cfg: Vide
     while done < cfg.steps:
         z = clips.batch(cfg.batch_size).to(device)
         loss = _loss(vae, frame, z, cfg, noise)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
-        opt.step()
+        descend(loss, opt, vae.parameters(), 1.0)
         done += 1
         losses.append(loss.item())
         report(done, cfg.steps, losses[-1])

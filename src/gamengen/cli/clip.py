@@ -1,0 +1,213 @@
+"""`gamengen clip ...`: GameGen-X's foundation model (§3.3, §3.5): train it, make clips from text, continue clips."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import typer
+
+from ..errors import UserError
+from .common import app, console, progress_bar, step_reporter
+
+clip_app = typer.Typer(no_args_is_help=True, help="GameGen-X clips: train the clip model, make clips from text, "
+                                                  "continue recorded play.")
+app.add_typer(clip_app, name="clip")
+
+PRESETS = "tiny (tests), cpu or paper (the MSDiT's size; the text encoder pretrained here follows it)"
+
+
+@clip_app.command("train-vae")
+def train_vae(
+    data: Path = typer.Option(..., "--data", help="Trajectory store to learn clips from (its training episodes)."),
+    ae: Path = typer.Option(..., "--ae", help="2D autoencoder folder from `gamengen train-ae` on this store."),
+    out: Path = typer.Option(..., "--out", help="Run folder (created, or resumed); the codec goes to OUT/model."),
+    preset: str = typer.Option("cpu", help="tiny or cpu (the temporal VAE's size)."),
+    steps: int = typer.Option(2000),
+    batch_size: int = typer.Option(8),
+    learning_rate: float = typer.Option(1e-3),
+    frames: int = typer.Option(17, help="Clip length 1 + 4k (the clip dataset's --clip-frames)."),
+    checkpoint_every: int = typer.Option(250),
+    seed: int = typer.Option(0),
+    max_minutes: Optional[float] = typer.Option(None, help="Stop after about this long, saving the codec (re-run to resume)."),
+):
+    """Train the video VAE (§3.3: 4x in time over the 2D autoencoder) that `clip train --codec` needs."""
+    from ..train.video_vae import VideoVAETrainConfig, train_video_vae
+
+    cfg = VideoVAETrainConfig(preset=preset, frames=frames, steps=steps, batch_size=batch_size,
+                              learning_rate=learning_rate, seed=seed, checkpoint_every=checkpoint_every,
+                              max_minutes=max_minutes)
+    with progress_bar(f"video VAE ({preset} preset)", steps) as advance:
+        codec = train_video_vae(data, ae, out, cfg, step_reporter(advance), warn=_warn)
+    typer.echo(f"{out / 'model'}: {frames}-frame clips -> latents {codec.latent_shape(frames)}; held-out clip PSNR "
+               f"{codec.meta.get('heldout_clip_psnr', 'n/a')} dB (2D AE alone {codec.meta.get('heldout_ae_psnr', 'n/a')})")
+
+
+@clip_app.command("train")
+def train(
+    data: Path = typer.Option(..., "--data", help="Clip dataset from `gamengen curate`."),
+    out: Path = typer.Option(..., "--out", help="Run folder (created, or resumed if it exists); the model goes to OUT/model."),
+    codec: Optional[Path] = typer.Option(None, "--codec", help="Video VAE folder (`gamengen clip train-vae`'s OUT/model). Required."),
+    text: Optional[Path] = typer.Option(None, "--text", help="A text encoder folder; without it one is pretrained on the "
+                                                             "dataset's GEN captions and kept in OUT/text."),
+    preset: str = typer.Option("cpu", help=PRESETS),
+    steps: Optional[int] = typer.Option(None, help="MSDiT optimizer steps (default 2000)."),
+    batch_size: Optional[int] = typer.Option(None),
+    learning_rate: Optional[float] = typer.Option(None, help="Adam, fixed (paper §3.5: 5e-4)."),
+    text_steps: Optional[int] = typer.Option(None, help="Text encoder pretraining steps (without --text)."),
+    checkpoint_every: Optional[int] = typer.Option(None),
+    seed: int = typer.Option(0),
+    max_minutes: Optional[float] = typer.Option(None, help="Stop after about this long, exporting the model at the step reached (the same command resumes)."),
+):
+    """Train the clip model: 75% text-to-clip, 25% continuation, 25% text dropout, rectified flow (§3.5)."""
+    from ..train.clip import ClipTrainConfig, train_clip
+
+    given = {"steps": steps, "batch_size": batch_size, "learning_rate": learning_rate, "text_steps": text_steps,
+             "checkpoint_every": checkpoint_every, "max_minutes": max_minutes}
+    cfg = ClipTrainConfig.from_preset(preset, seed=seed, **{k: v for k, v in given.items() if v is not None})
+    last = [float("nan")]
+    with progress_bar(f"clip model ({preset} preset)", cfg.steps) as advance:
+        to_bar = step_reporter(advance)
+
+        def report(step: int, total: int, loss: float) -> None:
+            to_bar(step, total, loss)
+            last[0] = loss
+
+        model = train_clip(data, out, cfg, report, _warn, codec, text, stage=lambda m: console.print(m))
+    typer.echo(f"{out}: step {model.meta.train_steps}, loss {last[0]:.4f}; model in {out / 'model'}")
+
+
+@clip_app.command("generate")
+def generate(
+    model: Path = typer.Option(..., "--model", help="Clip model folder (`gamengen clip train`'s OUT/model)."),
+    prompt: str = typer.Option(..., "--prompt", help="What the clip shows (a GEN caption works best)."),
+    out: Path = typer.Option(..., "--out", help="Video to write (.mp4 or .gif)."),
+    seed: int = typer.Option(0, help="The noise; the same seed gives the same clip."),
+    steps: Optional[int] = typer.Option(None, help="Euler steps (default: the model's; paper 10-50)."),
+    guidance: Optional[float] = typer.Option(None, help="CFG weight on the text (default: the model's; 1: none)."),
+    png: bool = typer.Option(False, "--png", help="Also write the frames side by side to OUT with .png."),
+):
+    """Make a clip from a text prompt (text-to-clip)."""
+    from ..engine.clip import generate as make
+    from ..models.clip_model import ClipModel
+
+    _check_out(out)
+    m = ClipModel.from_pretrained(model)
+    frames = make(m, prompt, seed, steps, guidance)
+    _write(out, frames, m.meta.fps, png)
+    typer.echo(f"{out}: {len(frames)} frames at {m.meta.fps:g} fps, {m.meta.width}x{m.meta.height}, seed {seed}")
+
+
+@clip_app.command("continue")
+def continue_(
+    model: Path = typer.Option(..., "--model", help="Clip model folder (`gamengen clip train`'s OUT/model)."),
+    source: str = typer.Option(..., "--from", help="STORE:EPISODE[:FRAME]: continue from the frames before FRAME "
+                                                   "(without FRAME: from the episode's first frames)."),
+    prompt: str = typer.Option(..., "--prompt", help="What happens next."),
+    out: Path = typer.Option(..., "--out", help="Video to write (.mp4 or .gif): the context, then the new frames."),
+    context: Optional[int] = typer.Option(None, help="Context frames to read (default: as many as the model holds; "
+                                                     "the last 1 + 4k of them are used)."),
+    seed: int = typer.Option(0),
+    steps: Optional[int] = typer.Option(None),
+    guidance: Optional[float] = typer.Option(None),
+    png: bool = typer.Option(False, "--png", help="Also write the frames side by side to OUT with .png."),
+):
+    """Continue recorded play: its frames held as context (§3.3's frame mask), the rest generated."""
+    from ..engine.clip import context_frames_used, continue_clip
+    from ..models.clip_model import ClipModel
+
+    store_path, episode, frame = parse_source(source)
+    _check_out(out)
+    m = ClipModel.from_pretrained(model)
+    frames = read_context(m, store_path, episode, frame, context, context_frames_used)
+    clip = continue_clip(m, frames, prompt, seed, steps, guidance)
+    _write(out, clip, m.meta.fps, png)
+    used = context_frames_used(m, len(frames))
+    typer.echo(f"{out}: {len(clip)} frames at {m.meta.fps:g} fps, frames 1-{used} re-encode the context from {source}")
+
+
+def parse_source(text: str) -> tuple[Path, str, int | None]:
+    """STORE:EPISODE[:FRAME] -> (store, episode id, FRAME or None)."""
+    parts = text.rsplit(":", 2)
+    frame = None
+    if len(parts) == 3 and parts[2].isdigit():
+        store, episode, frame = parts[0], parts[1], int(parts[2])
+    else:
+        store, _, episode = text.rpartition(":")
+    if not store or not episode:
+        raise UserError(f"--from '{text}' is not STORE:EPISODE[:FRAME]", "e.g. --from data/train:s0-w0/e000003:120")
+    return Path(store), episode, frame
+
+
+def read_context(model, store_path: Path, episode: str, frame: int | None, count: int | None, used) -> np.ndarray:
+    """uint8 (X, H, W, 3): up to ``count`` frames before ``frame`` (None: the episode's first frames)."""
+    from ..data.store import Store
+
+    store = Store.open(store_path)
+    rec = store.find(episode)
+    m = model.meta
+    if (store.spec.height, store.spec.width) != (m.height, m.width):
+        raise UserError(f"store {store_path} has {store.spec.width}x{store.spec.height} frames, the model makes "
+                        f"{m.width}x{m.height}", "continue from a store of the model's game and size")
+    if abs(store.spec.fps - m.fps) > 1e-6:
+        _warn(f"store {store_path} runs at {store.spec.fps:g} fps, the model's clips at {m.fps:g} fps; its frames are "
+              "used as they are")
+    most = used(model, 10**9) if count is None else count
+    if most < 1:
+        raise UserError(f"--context {count}", "read at least one context frame")
+    if frame is None:
+        lo, hi = 0, min(most, rec.length)
+    elif not 1 <= frame <= rec.length:
+        raise UserError(f"frame {frame} is out of range: episode {rec.path} has {rec.length} frames and the "
+                        f"context is the frames before FRAME", f"pass a FRAME from 1 to {rec.length}")
+    else:
+        lo, hi = max(0, frame - most), frame
+    return np.asarray(store.open_episode(rec)["frames"][lo:hi])
+
+
+def _check_out(out: Path) -> None:
+    """Refuse an --out that cannot be written, before any work."""
+    if out.suffix.lower() not in (".mp4", ".gif"):
+        raise UserError(f"--out {out} is not a video file name", "end it in .mp4 or .gif")
+    if out.is_dir():
+        raise UserError(f"--out {out} is a folder", "pass a file name, e.g. clip.mp4")
+    parent = out.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise UserError(f"cannot write {out}: {parent} is {'not a folder' if not parent.is_dir() else 'read-only'}",
+                        "pick a writable --out")
+
+
+def _write(out: Path, frames: np.ndarray, fps: float, png: bool) -> None:
+    """The video (and strip) into a temporary sibling folder, then renamed into place: a failure leaves nothing."""
+    from ..atomic import write_png
+    from ..data.video import write_video
+
+    target = out.absolute()
+    made = [d for d in [target.parent, *target.parent.parents] if not d.exists()]
+    tmp = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.stem}.", dir=target.parent))
+        write_video(tmp / target.name, frames, fps)
+        if png:
+            write_png(tmp / f"{target.stem}.png", np.concatenate(list(frames), axis=1))  # (H, F * W, 3)
+        os.replace(tmp / target.name, target)
+        if png:
+            os.replace(tmp / f"{target.stem}.png", target.with_suffix(".png"))
+    except OSError as e:
+        if made:  # the outermost folder made for --out goes again, with all it holds
+            shutil.rmtree(made[-1], ignore_errors=True)
+        raise UserError(f"cannot write {out}: {e.strerror or e}", "pick a writable --out") from None
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _warn(message: str) -> None:
+    typer.echo(f"warning: {message}", err=True)

@@ -1,0 +1,75 @@
+"""Sampling a clip model: text-to-clip and continuation (GameGen-X §3.3, §3.5).
+
+Both are one Euler integration of the rectified flow from noise (t = 1) to the clip (t = 0) with
+classifier-free guidance on the text (§3.5); continuation holds the given frames' latents clean as
+the first x latent frames throughout (§3.3's frame mask, x > 0), so the model only makes the rest.
+The noise comes from a CPU generator seeded by ``seed``: the same model, prompt and seed give the
+same frames.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..diffusion.flow import euler_sample, guided
+from ..errors import UserError
+from ..models.clip_model import ClipModel
+
+
+def context_frames_used(model: ClipModel, given: int) -> int:
+    """How many of ``given`` context frames a continuation uses: the most whole latent frames that fit,
+    1 + 4k, leaving at least one latent frame to generate. 0 given is a UserError."""
+    r = model.codec.vae.temporal_compression
+    L = model.latent_shape[0]
+    if given < 1:
+        raise UserError("a continuation needs at least one context frame", "pass frames to continue from")
+    if L < 2:
+        raise UserError(f"this model makes {model.meta.frames}-frame clips, too short to continue",
+                        "use a model trained on longer clips")
+    return 1 + r * min((given - 1) // r, L - 2)
+
+
+@torch.inference_mode()
+def _sample(model: ClipModel, prompt: str, seed: int, context: torch.Tensor | None, steps: int | None,
+            guidance: float | None, shift: float | None) -> np.ndarray:
+    """context (X, C, h, w) clean latents or None -> uint8 (F, H, W, 3)."""
+    s = model.sampler
+    steps = s.steps if steps is None else steps
+    guidance = s.guidance if guidance is None else guidance
+    shift = s.shift if shift is None else shift
+    if steps < 1 or guidance < 0 or shift <= 0:
+        raise UserError(f"sampler steps {steps}, guidance {guidance}, shift {shift}",
+                        "use steps >= 1, guidance >= 0 (1: no guidance), shift > 0")
+    hidden, mask = model.text.encode([prompt])  # (1, Lt, D), (1, Lt); a UserError for a bad prompt
+    device = model.net.device
+    meta = model.conditions(1)
+    cond = {"encoder_hidden_states": hidden.to(device), "encoder_attention_mask": mask.to(device), **meta}
+    # The unconditional branch: the same tensors with no real token, which MSDiT reads as its null text.
+    uncond = {**cond, "encoder_attention_mask": torch.zeros_like(cond["encoder_attention_mask"])}
+    noise = torch.randn((1, *model.latent_shape), generator=torch.Generator().manual_seed(seed)).to(device)
+    ctx = None if context is None else context[None].to(device)
+    x0 = euler_sample(guided(model.net, cond, uncond, guidance), noise, ctx, steps=steps, shift=shift)
+    return model.codec.decode_clip(x0[0])  # (L, C, h, w) -> (F, H, W, 3)
+
+
+def generate(model: ClipModel, prompt: str, seed: int = 0, steps: int | None = None, guidance: float | None = None,
+             shift: float | None = None) -> np.ndarray:
+    """Text-to-clip: uint8 (F, H, W, 3) at the model's size. None takes the model's sampler setting."""
+    return _sample(model, prompt, seed, None, steps, guidance, shift)
+
+
+def continue_clip(model: ClipModel, context_frames: np.ndarray, prompt: str, seed: int = 0, steps: int | None = None,
+                  guidance: float | None = None, shift: float | None = None) -> np.ndarray:
+    """Continue uint8 frames (X, H, W, 3) -> uint8 (F, H, W, 3): the last 1 + 4k of the given frames
+    (``context_frames_used``) are encoded and held clean, the rest is generated; the whole clip is
+    decoded, so its first 1 + 4k frames are the codec's reconstruction of the context."""
+    frames = np.asarray(context_frames)
+    m = model.meta
+    if frames.ndim != 4 or frames.shape[1:] != (m.height, m.width, 3) or frames.dtype != np.uint8:
+        raise UserError(f"context frames {frames.shape} {frames.dtype}, the model makes {m.width}x{m.height} RGB",
+                        f"pass uint8 frames of {m.width}x{m.height}")
+    used = context_frames_used(model, len(frames))
+    with torch.inference_mode():
+        context = model.codec.encode_clip(frames[-used:])  # (x, C, h, w), x = 1 + (used - 1) / 4
+    return _sample(model, prompt, seed, context, steps, guidance, shift)

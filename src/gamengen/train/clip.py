@@ -1,0 +1,226 @@
+"""`gamengen clip train`: GameGen-X's foundation model, an MSDiT trained with rectified flow (§3.3, §3.5).
+
+Stage A: the frozen caption encoder (§3.3's T5): the one given, else one pretrained here on the
+dataset's GEN captions (train/text_encoder.py) and kept in the run. Stage B, the video VAE, is not
+trained here: it comes as a codec folder (train/video_vae.py, `gamengen clip train-vae`). Then every
+clip is encoded once into video latents and every caption once into text features (caches in the
+run, keyed by the weights and the data), and the MSDiT learns, per sample (§3.5, §4.4): text-to-video
+(75%) or continuation (25%, the first x of L latent frames held clean, x uniform in 1..L-1), the
+caption dropped 25% of the time (all-False mask = MSDiT's null text, for CFG), t logit-normal.
+Adam with a fixed learning rate (5e-4, §3.5).
+
+Every draw of step s, sample i comes from a generator seeded by (seed, s, i) (``draw_sample``), so
+the run folder (train/run.py) resumes exactly: a run in pieces equals one run of all the steps::
+
+    <run>/config.json, checkpoints/, losses.json   as for `gamengen train`
+    <run>/text/                                    the text encoder pretrained here (no --text)
+    <run>/cache/latents-<key>.npy                  (N, L, C, h, w) float16 video latents
+    <run>/cache/text-<key>.safetensors             the captions' T5 features, ragged
+    <run>/model/                                   the clip model (models/clip_model.py)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ..curate.dataset import ClipDataset
+from ..diffusion.flow import flow_loss, frame_mask, sample_t
+from ..errors import UserError
+from ..models.clip_model import ClipModel, ClipModelMeta
+from ..models.msdit import MSDIT_PRESETS, MSDiT
+from ..models.text_encoder import TEXT_ENCODER_PRESETS, CaptionEncoder
+from ..models.video_vae import ClipCodec
+from .clip_data import Batch, TextCache, cache_latents, cache_text, make_batch
+from .run import Deadline, RunFolder, descend
+from .world_model import seed_of
+
+Report = Callable[[int, int, float], None]
+
+CLIP_TRAIN_PRESETS = {  # what a preset changes in ClipTrainConfig besides the MSDiT's size
+    "tiny": {"text_preset": "tiny", "text_steps": 200, "text_batch_size": 8, "batch_size": 4},
+    "cpu": {"text_preset": "cpu", "text_steps": 2000, "text_batch_size": 32, "batch_size": 8},
+    # The paper's MSDiT reads T5-XXL (4096 wide); ours reads the widest text encoder we can train.
+    "paper": {"text_preset": "cpu", "text_steps": 2000, "text_batch_size": 32, "batch_size": 8},
+}
+
+
+@dataclass
+class ClipTrainConfig:
+    preset: str = "cpu"  # the MSDiT's size (models/msdit.py MSDIT_PRESETS)
+    text_preset: str = "cpu"  # the text encoder pretrained here when none is given
+    text_steps: int = 2000  # its span-corruption steps
+    text_batch_size: int = 32
+    text_learning_rate: float = 1e-3
+    steps: int = 2000
+    batch_size: int = 8
+    learning_rate: float = 5e-4  # §3.5, §4.4: Adam, fixed
+    grad_clip: float = 1.0  # the paper gives none; OpenSora, whose recipe GameGen-X follows, clips at 1
+    text_dropout: float = 0.25  # §3.5: drop the text 25% of the time, for classifier-free guidance
+    continuation: float = 0.25  # §3.5: 75% text-to-video, 25% video continuation
+    timesteps: str = "logit_normal"  # diffusion/flow.sample_t: SD3's draw; "uniform" is plain rectified flow
+    seed: int = 0
+    checkpoint_every: int = 250
+    keep_checkpoints: int = 2
+    max_minutes: float | None = None  # stop this invocation after about this long; the same command resumes
+
+    def __post_init__(self) -> None:
+        if self.preset not in MSDIT_PRESETS:
+            raise UserError(f"unknown clip model preset '{self.preset}'", "use one of: " + ", ".join(MSDIT_PRESETS))
+        if self.text_preset not in TEXT_ENCODER_PRESETS:
+            raise UserError(f"unknown text encoder preset '{self.text_preset}'",
+                            "use one of: " + ", ".join(TEXT_ENCODER_PRESETS))
+        if self.steps < 0 or self.batch_size < 1 or self.text_steps < 1 or self.checkpoint_every < 1:
+            raise UserError("steps must be >= 0, batch size, text steps and checkpoint cadence >= 1",
+                            "fix the training settings")
+        if not (0 <= self.text_dropout <= 1 and 0 <= self.continuation <= 1) or self.learning_rate <= 0:
+            raise UserError("text dropout and continuation share must be in [0, 1], the learning rate > 0",
+                            "fix the training settings")
+        if self.timesteps not in ("logit_normal", "uniform"):
+            raise UserError(f"unknown timestep draw '{self.timesteps}'", "use logit_normal or uniform")
+
+    @classmethod
+    def from_preset(cls, preset: str, **changes) -> "ClipTrainConfig":
+        if preset not in CLIP_TRAIN_PRESETS:
+            raise UserError(f"unknown clip model preset '{preset}'", "use one of: " + ", ".join(CLIP_TRAIN_PRESETS))
+        return cls(**{"preset": preset, **CLIP_TRAIN_PRESETS[preset], **changes})
+
+
+@dataclass
+class SampleDraw:
+    """Everything random about one training sample."""
+
+    clip: int  # index into the clip dataset
+    context: int  # latent frames held clean: 0 = text-to-video, 1..L-1 = continuation (§3.3's x)
+    drop_text: bool  # train on the null caption (§3.5's text dropout)
+    t: float  # the flow time of the generated frames, in (0, 1)
+    noise: torch.Tensor  # (L, C, h, w)
+
+
+def draw_sample(cfg: ClipTrainConfig, step: int, i: int, n_clips: int, latent_shape: tuple[int, ...]) -> SampleDraw:
+    """Sample i of step ``step``, from a generator seeded by (seed, step, i). The same numbers are
+    drawn whatever the outcome, in a fixed order, so each is independent of the others."""
+    g = torch.Generator().manual_seed(seed_of(cfg.seed, step, i))
+    clip = int(torch.randint(n_clips, (), generator=g))
+    u_task, u_text = torch.rand(2, generator=g).tolist()
+    L = latent_shape[0]
+    x = int(torch.randint(1, max(L, 2), (), generator=g))  # 1..L-1; a 1-frame clip cannot be continued
+    t = float(sample_t(1, g, cfg.timesteps)[0])
+    noise = torch.randn(latent_shape, generator=g)
+    continued = u_task < cfg.continuation and L > 1
+    return SampleDraw(clip, x if continued else 0, u_text < cfg.text_dropout, t, noise)
+
+
+def batch_loss(net: MSDiT, batch: Batch, cond: dict[str, torch.Tensor]) -> torch.Tensor:
+    """§3.3's masked flow loss: the velocity on the generated frames, context frames clean at t = 0."""
+    B, L = batch.z.shape[:2]
+
+    def model(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return net(x, t, batch.hidden, batch.text_mask, **cond)
+
+    return flow_loss(model, batch.z, batch.noise, batch.t, frame_mask(B, L, batch.context, device=batch.z.device))
+
+
+def _inputs(clips: Path, codec_dir: Path | None) -> tuple[ClipDataset, ClipCodec, list[str]]:
+    """The clip dataset, the codec (checked against it) and the GEN captions, before any write."""
+    ds = ClipDataset.open(clips)
+    if not len(ds):
+        raise UserError(f"the clip dataset {clips} holds no clips", "curate more gameplay with `gamengen curate`")
+    if codec_dir is None:
+        raise UserError("clip training needs a video codec (--codec)",
+                        "train one with `gamengen clip train-vae --data STORE --ae AE --out RUN`, pass RUN/model")
+    codec = ClipCodec.load(codec_dir)
+    if (codec.frame.height, codec.frame.width) != (ds.height, ds.width):
+        raise UserError(f"the codec in {codec_dir} is for {codec.frame.width}x{codec.frame.height} frames, the clips "
+                        f"in {clips} are {ds.width}x{ds.height}", "pass a codec trained on frames of this size")
+    codec.latent_shape(ds.clip_frames)  # a UserError for clips that are not 1 + 4k frames
+    try:
+        captions = [ds.meta(i)["captions"]["caption"] for i in range(len(ds))]
+    except (KeyError, TypeError):
+        raise UserError(f"the clips in {clips} have no GEN captions", "re-run `gamengen curate`") from None
+    return ds, codec, captions
+
+
+def _own_text_encoder(cfg: ClipTrainConfig, run_text: Path, captions: list[str],
+                      stage: Callable[[str], None]) -> CaptionEncoder:
+    """Stage A without --text: the encoder this run pretrained before, or a new one (saved first)."""
+    if run_text.is_dir():
+        return CaptionEncoder.load(run_text)
+    stage(f"pretraining the {cfg.text_preset} text encoder on {len(captions)} GEN captions ({cfg.text_steps} steps)")
+    from .text_encoder import pretrain
+
+    enc = pretrain(captions, cfg.text_preset, cfg.text_steps, cfg.text_batch_size, cfg.text_learning_rate, cfg.seed)
+    enc.save(run_text)
+    return enc
+
+
+def _env_ids(ds: ClipDataset, codec: ClipCodec) -> list[str]:
+    """The games of the clips: the source store's env id when it can still be read, else the codec's."""
+    from ..data.store import Store
+
+    src = ds.info.get("source") or {}
+    if src.get("kind") == "store":
+        try:
+            return [Store.open(src["path"]).spec.env_id]
+        except (UserError, OSError, KeyError, ValueError):
+            pass
+    return [codec.meta["env_id"]] if codec.meta.get("env_id") else []
+
+
+def train_clip(clips: str | Path, out: str | Path, cfg: ClipTrainConfig, report: Report = lambda s, n, loss: None,
+               warn: Callable[[str], None] = print, codec: str | Path | None = None, text: str | Path | None = None,
+               *, stage: Callable[[str], None] = lambda message: None) -> ClipModel:
+    """Train (or resume) the clip model on the clip dataset ``clips``; the run folder is ``out``, the
+    model ``out/model``. ``report(step, steps, loss)`` after every step; ``stage(message)`` before
+    each slow set-up stage (text pretraining, the caches)."""
+    clips, out = Path(clips), Path(out)
+    codec_dir, text_dir = (Path(codec) if codec else None), (Path(text) if text else None)
+    ds, clip_codec, captions = _inputs(clips, codec_dir)
+    given = CaptionEncoder.load(text_dir) if text_dir else None  # refused before the run folder is made
+    run = RunFolder(out, {**dataclasses.asdict(cfg), "data": str(clips.resolve()), "codec": str(codec_dir.resolve()),
+                          "text": str(text_dir.resolve()) if text_dir else None}, keep=cfg.keep_checkpoints).open()
+    encoder = given or _own_text_encoder(cfg, out / "text", captions, stage)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    clip_codec.frame.ae.to(device)
+    clip_codec.vae.to(device)
+    latents = cache_latents(ds, clip_codec, out / "cache", stage)  # (N, L, C, h, w) float16
+    features: TextCache = cache_text(captions, encoder, out / "cache", stage)
+    shape = tuple(latents.shape[1:])
+    with torch.random.fork_rng(devices=[]):  # initial weights from the seed, the caller's RNG untouched
+        torch.manual_seed(cfg.seed)
+        net = MSDiT(**{**MSDIT_PRESETS[cfg.preset], "latent_channels": shape[1], "text_dim": encoder.width})
+    net.to(device)
+    opt = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate)
+    done, losses, _ = run.resume_into(net, opt, warn)  # every draw is keyed by step: no RNG state to restore
+    meta = ClipModelMeta(ds.clip_frames, ds.fps, ds.height, ds.width, _env_ids(ds, clip_codec),
+                         {"path": str(clips.resolve()), "source": ds.info.get("source"), "clips": len(ds)}, done,
+                         {"msdit": cfg.preset, "text": encoder.preset, "video_vae": clip_codec.meta.get("preset"),
+                          "ae": clip_codec.frame.meta.get("preset")},
+                         {"text_dropout": cfg.text_dropout, "continuation": cfg.continuation,
+                          "timesteps": cfg.timesteps, "learning_rate": cfg.learning_rate, "batch_size": cfg.batch_size})
+    model = ClipModel(net, clip_codec, encoder, meta)
+    cond = model.conditions(cfg.batch_size)
+    report(done, cfg.steps, losses[-1] if losses else float("nan"))
+    deadline = Deadline(cfg.max_minutes)
+    net.train()
+    while done < cfg.steps:
+        draws = [draw_sample(cfg, done, i, len(ds), shape) for i in range(cfg.batch_size)]
+        loss = batch_loss(net, make_batch(draws, latents, features, device), cond)
+        descend(loss, opt, net.parameters(), cfg.grad_clip)
+        done += 1
+        losses.append(loss.item())
+        report(done, cfg.steps, losses[-1])
+        late = deadline.passed()
+        if done % cfg.checkpoint_every == 0 or done == cfg.steps or late:
+            run.save(done, {"step": done, "model": net.state_dict(), "optimizer": opt.state_dict(), "losses": losses})
+            run.write_losses(losses)
+        if late:
+            break
+    net.eval().requires_grad_(False)
+    model.meta.train_steps = done
+    model.save_pretrained(out / "model", model.default_card() + f"\nTrained on the clip dataset `{clips}`.\n")
+    return model

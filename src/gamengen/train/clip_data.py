@@ -1,0 +1,124 @@
+"""The clip model's training inputs: video latents and caption features computed once, and batches.
+
+GameGen-X trains its MSDiT against a frozen 3D-VAE and a frozen T5 (§3.3), so neither needs to run
+per step: every clip is encoded once (its posterior mean, scaled) and every distinct caption once.
+Both caches live in the run folder under a key of the weights and the data they came from, so a
+changed codec, text encoder or dataset is never served stale features. Written atomically; read
+back with np.load(allow_pickle=False) and safetensors only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+import torch
+
+from ..atomic import write_bytes_atomic
+from ..curate.dataset import ClipDataset
+from ..models.text_encoder import CaptionEncoder
+from ..models.video_vae import ClipCodec
+
+if TYPE_CHECKING:
+    from .clip import SampleDraw
+
+
+def _digest(*parts) -> str:
+    """sha256 over state dicts (every tensor, by name) and JSON-able values: a cache key."""
+    h = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, dict) and part and all(isinstance(v, torch.Tensor) for v in part.values()):
+            for k, v in sorted(part.items()):
+                h.update(k.encode())
+                h.update(v.detach().cpu().contiguous().numpy().tobytes())
+        else:
+            h.update(json.dumps(part, sort_keys=True, default=str).encode())
+    return h.hexdigest()[:16]
+
+
+@torch.no_grad()
+def cache_latents(ds: ClipDataset, codec: ClipCodec, folder: Path,
+                  stage: Callable[[str], None] = lambda m: None) -> np.ndarray:
+    """(N, L, C, h, w) float16 scaled video latents of every clip, read from or written to ``folder``."""
+    data_id = [ds.info, [ds.meta(i) for i in range(len(ds))]]  # clips.jsonl names each clip's source and sha256
+    key = _digest(codec.vae.state_dict(), codec.frame.ae.state_dict(), codec.scale, codec.frame.scale, data_id)
+    path = folder / f"latents-{key}.npy"
+    if path.is_file():
+        return np.load(path, allow_pickle=False)
+    stage(f"encoding {len(ds)} clips into video latents")
+    out = np.stack([codec.encode_clip(ds.frames(i)).cpu().numpy().astype(np.float16) for i in range(len(ds))])
+    buf = io.BytesIO()
+    np.save(buf, out, allow_pickle=False)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(path, buf.getvalue())
+    return out
+
+
+@dataclass
+class TextCache:
+    """The captions' T5 features, ragged: caption j's rows are hidden[offsets[index[j]] : offsets[index[j] + 1]]."""
+
+    hidden: np.ndarray  # (T, D) float16, every distinct caption's real tokens one after another
+    offsets: np.ndarray  # (U + 1,) int64, U distinct captions
+    index: np.ndarray  # (N,) int64: clip -> its distinct caption
+
+    def rows(self, clip: int) -> np.ndarray:
+        u = int(self.index[clip])
+        return self.hidden[self.offsets[u]:self.offsets[u + 1]]
+
+
+def cache_text(captions: list[str], encoder: CaptionEncoder, folder: Path,
+               stage: Callable[[str], None] = lambda m: None, batch: int = 32) -> TextCache:
+    """Features of every caption (each encoded once, however many clips share it), cached in ``folder``."""
+    from safetensors.numpy import load_file, save
+
+    # The tokenizer's rules and vocabulary; not its padding and truncation, which encoding itself sets.
+    tok = {k: v for k, v in json.loads(encoder.tokenizer.backend_tokenizer.to_str()).items()
+           if k not in ("padding", "truncation")}
+    key = _digest(encoder.model.state_dict(), tok, captions)
+    path = folder / f"text-{key}.safetensors"
+    if path.is_file():
+        d = load_file(path)
+        return TextCache(d["hidden"], d["offsets"], d["index"])
+    distinct = sorted(set(captions))
+    stage(f"encoding {len(distinct)} distinct captions")
+    where = {c: i for i, c in enumerate(distinct)}
+    rows = []
+    for lo in range(0, len(distinct), batch):
+        hidden, mask = encoder.encode(distinct[lo:lo + batch])  # (b, L, D), (b, L)
+        rows += [h[m].cpu().numpy().astype(np.float16) for h, m in zip(hidden, mask)]
+    cache = TextCache(np.concatenate(rows), np.cumsum([0] + [len(r) for r in rows]).astype(np.int64),
+                      np.array([where[c] for c in captions], dtype=np.int64))
+    folder.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(path, save({"hidden": cache.hidden, "offsets": cache.offsets, "index": cache.index}))
+    return cache
+
+
+@dataclass
+class Batch:
+    z: torch.Tensor  # (B, L, C, h, w) clean video latents
+    noise: torch.Tensor  # (B, L, C, h, w)
+    t: torch.Tensor  # (B,) flow time of the generated frames
+    context: torch.Tensor  # (B,) int, latent frames held clean
+    hidden: torch.Tensor  # (B, Lt, D) caption features, zero-padded to the batch's longest
+    text_mask: torch.Tensor  # (B, Lt) bool; all False for a dropped caption (MSDiT's null text)
+
+
+def make_batch(draws: list["SampleDraw"], latents: np.ndarray, text: TextCache, device: torch.device) -> Batch:
+    rows = [text.rows(d.clip) for d in draws]
+    width = max(len(r) for r in rows)
+    hidden = np.zeros((len(draws), width, rows[0].shape[1]), np.float32)
+    mask = np.zeros((len(draws), width), bool)
+    for i, (r, d) in enumerate(zip(rows, draws)):
+        hidden[i, :len(r)] = r
+        mask[i, :len(r)] = not d.drop_text
+    z = torch.from_numpy(np.stack([latents[d.clip] for d in draws]).astype(np.float32))
+    return Batch(z.to(device), torch.stack([d.noise for d in draws]).to(device),
+                 torch.tensor([d.t for d in draws], device=device),
+                 torch.tensor([d.context for d in draws], device=device),
+                 torch.from_numpy(hidden).to(device), torch.from_numpy(mask).to(device))

@@ -1,0 +1,262 @@
+"""`gamengen clip train / generate / continue` (GameGen-X §3.3, §3.5), end to end on real data: a
+toy-game recording curated into 17-frame clips, a tiny 2D AE and video VAE trained on it, tiny presets."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import cli, snapshot
+
+STEPS = 60
+PROMPT = "A 0.6-second clip of the toy game cursor: the player mostly presses UP."
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A store, its clip dataset, a 2D AE, a codec (`clip train-vae`) and a clip model (`clip train`)."""
+    from gamengen.train.autoencoder import AETrainConfig, train_autoencoder
+
+    root = tmp_path_factory.mktemp("clip")
+    cli("record", "--env", "toy:cursor", "--resolution", "32x32", "--steps", "1500", "--seed", "1",
+        "--out", root / "store", check=True)
+    cli("curate", "--from", root / "store", "--out", root / "clips", "--min-seconds", "2", "--min-motion", "0",
+        "--max-windows", "3", check=True)
+    train_autoencoder(root / "store", root / "ae", AETrainConfig(preset="tiny", steps=60, decoder_steps=0,
+                                                                 batch_size=16, learning_rate=3e-3), warn=print)
+    cli("clip", "train-vae", "--data", root / "store", "--ae", root / "ae", "--out", root / "vae", "--preset", "tiny",
+        "--steps", "20", "--batch-size", "4", "--learning-rate", "3e-3", check=True)
+    res = cli("clip", "train", "--data", root / "clips", "--codec", root / "vae" / "model", "--out", root / "run",
+              "--preset", "tiny", "--steps", STEPS, "--checkpoint-every", "20", check=True)
+    assert f"step {STEPS}" in res.stdout, res.stdout
+    return root
+
+
+@pytest.fixture(scope="module")
+def model(trained):
+    from gamengen.models.clip_model import ClipModel
+
+    return ClipModel.from_pretrained(trained / "run" / "model")
+
+
+def fixed_loss(net, model, root: Path, batches: int = 6) -> float:
+    """The masked flow loss of ``net`` on the same draws every time (steps no training run reaches)."""
+    from gamengen.curate.dataset import ClipDataset
+    from gamengen.train.clip import ClipTrainConfig, batch_loss, draw_sample
+    from gamengen.train.clip_data import cache_latents, cache_text, make_batch
+
+    ds = ClipDataset.open(root / "clips")
+    latents = cache_latents(ds, model.codec, root / "run" / "cache", stage=pytest.fail)  # cached: no re-encoding
+    text = cache_text([ds.meta(i)["captions"]["caption"] for i in range(len(ds))], model.text, root / "run" / "cache",
+                      stage=pytest.fail)
+    cfg = ClipTrainConfig.from_preset("tiny")
+    with torch.no_grad():
+        return float(np.mean([batch_loss(net, make_batch([draw_sample(cfg, 10**6 + s, i, len(ds), latents.shape[1:])
+                                                          for i in range(8)], latents, text, torch.device("cpu")),
+                                         model.conditions(8)) for s in range(batches)]))
+
+
+def test_clip_train_writes_a_model_that_learned(trained, model):
+    from gamengen.models.msdit import MSDiT
+
+    m = model.meta
+    assert (m.frames, m.height, m.width, m.fps, m.train_steps) == (17, 32, 32, 30.0, STEPS)
+    assert m.env_ids == ["toy:cursor"] and m.presets == {"msdit": "tiny", "text": "tiny", "video_vae": "tiny",
+                                                         "ae": "tiny"}
+    assert model.latent_shape == (5, 4, 16, 16) and model.net.config.text_dim == model.text.width == 16
+    assert (model.sampler.steps, model.sampler.shift) == (20, 1.0)
+    assert len(json.loads((trained / "run" / "losses.json").read_text())) == STEPS
+    assert (trained / "run" / "text" / "gamengen_text.json").is_file()  # stage A pretrained and kept it
+    assert not [p for p in trained.rglob("*") if p.suffix in (".pkl", ".pt", ".pth", ".bin", ".ckpt", ".pickle")]
+    fresh = MSDiT(**model.net.config).eval()  # a fresh MSDiT predicts v = 0
+    before, after = fixed_loss(fresh, model, trained), fixed_loss(model.net, model, trained)
+    assert after < 0.75 * before, (before, after)
+
+
+def test_a_run_in_pieces_equals_one_run(trained, tmp_path):
+    """Exact resume: 8 steps then 16 == 16 at once == stopped by --max-minutes then resumed (and --text
+    skips stage A)."""
+    from gamengen.errors import UserError
+    from gamengen.train.clip import ClipTrainConfig, train_clip
+
+    def run(out, steps, **kw):
+        cfg = ClipTrainConfig.from_preset("tiny", steps=steps, checkpoint_every=4, **kw)
+        return train_clip(trained / "clips", out, cfg, codec=trained / "vae" / "model", text=trained / "run" / "text")
+
+    whole = run(tmp_path / "whole", 16)
+    run(tmp_path / "parts", 8)
+    parts = run(tmp_path / "parts", 16)
+    late = run(tmp_path / "late", 16, max_minutes=0.0)  # stops after its first step, exporting the model
+    assert late.meta.train_steps == 1 and (tmp_path / "late" / "model" / "gamengen_clip.json").is_file()
+    late = run(tmp_path / "late", 16)  # the same command resumes (--max-minutes may change)
+    for other in (parts, late):
+        a, b = whole.net.state_dict(), other.net.state_dict()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    losses = [json.loads((tmp_path / r / "losses.json").read_text()) for r in ("whole", "parts", "late")]
+    assert losses[0] == losses[1] == losses[2] and len(losses[0]) == 16
+    assert not (tmp_path / "whole" / "text").exists()
+    before = snapshot(tmp_path / "whole")
+    with pytest.raises(UserError, match=r"other settings \(seed\)"):
+        run(tmp_path / "whole", 16, seed=1)
+    assert snapshot(tmp_path / "whole") == before
+
+
+def test_the_draws_follow_the_config():
+    """§3.5: 25% continuation with x uniform in 1..L-1, 25% text dropout independent of the task;
+    t logit-normal; each draw keyed by (seed, step, sample)."""
+    from gamengen.train.clip import ClipTrainConfig, draw_sample
+
+    cfg = ClipTrainConfig.from_preset("tiny")
+    draws = [draw_sample(cfg, s, i, 24, (5, 1, 1, 1)) for s in range(1000) for i in range(4)]
+    n = len(draws)
+    cont = [d for d in draws if d.context > 0]
+    assert abs(len(cont) / n - 0.25) < 0.025
+    assert abs(sum(d.drop_text for d in draws) / n - 0.25) < 0.025
+    assert abs(sum(d.drop_text for d in cont) / len(cont) - 0.25) < 0.05  # independent of the task
+    counts = np.bincount([d.context for d in cont], minlength=5)
+    assert counts[0] == 0 and all(abs(c / len(cont) - 0.25) < 0.05 for c in counts[1:]), counts
+    logit = np.log([d.t / (1 - d.t) for d in draws])
+    assert abs(logit.mean()) < 0.06 and abs(logit.std() - 1) < 0.06
+    assert abs(np.bincount([d.clip for d in draws], minlength=24) / n - 1 / 24).max() < 0.015
+    again = draw_sample(cfg, 7, 3, 24, (5, 1, 1, 1))
+    assert (again.clip, again.context, again.drop_text, again.t) == (draws[31].clip, draws[31].context,
+                                                                     draws[31].drop_text, draws[31].t)
+    assert torch.equal(again.noise, draws[31].noise)
+    never = ClipTrainConfig.from_preset("tiny", continuation=0.0, text_dropout=0.0)
+    assert not any(draw_sample(never, s, 0, 24, (5, 1, 1, 1)).context or
+                   draw_sample(never, s, 0, 24, (5, 1, 1, 1)).drop_text for s in range(200))
+
+
+def read_video(path: Path) -> np.ndarray:
+    import imageio.v2 as imageio
+
+    return np.stack(imageio.mimread(path))
+
+
+def test_generate_writes_the_clip_and_is_seeded(trained, model, tmp_path):
+    from gamengen.engine.clip import generate
+
+    res = cli("clip", "generate", "--model", trained / "run" / "model", "--prompt", PROMPT, "--out",
+              tmp_path / "new" / "a.mp4", "--seed", "3", "--steps", "4", "--png", check=True)
+    assert "17 frames at 30 fps, 32x32" in res.stdout
+    video = read_video(tmp_path / "new" / "a.mp4")
+    assert video.shape == (17, 32, 32, 3)
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["a.mp4", "a.png"]  # no temporary left
+    a = generate(model, PROMPT, seed=3, steps=4)
+    assert a.shape == (17, 32, 32, 3) and a.dtype == np.uint8
+    assert np.abs(video.astype(int) - a).mean() < 12  # the same clip, through H.264
+    assert np.array_equal(a, generate(model, PROMPT, seed=3, steps=4))
+    assert not np.array_equal(a, generate(model, PROMPT, seed=4, steps=4))
+    other = generate(model, "Keys: DOWN 80%, LEFT 20%. The toy game cursor at night.", seed=3, steps=4)
+    assert np.abs(other.astype(int) - a).mean() > 0.5  # the text is read
+
+
+def test_continue_keeps_the_context(trained, model, tmp_path):
+    from gamengen.data.store import Store
+    from gamengen.engine.clip import context_frames_used, continue_clip
+
+    store = Store.open(trained / "store")
+    rec = store.episodes()[1]
+    frames = np.asarray(store.open_episode(rec)["frames"][:40])
+    res = cli("clip", "continue", "--model", trained / "run" / "model", "--from", f"{trained / 'store'}:{rec.id}:40",
+              "--prompt", PROMPT, "--out", tmp_path / "c.mp4", "--steps", "4", check=True)
+    assert "frames 1-13" in res.stdout
+    assert read_video(tmp_path / "c.mp4").shape == (17, 32, 32, 3)
+    for given, used in ((27, 13), (7, 5), (1, 1)):  # the last 1 + 4k frames, leaving a latent frame to make
+        assert context_frames_used(model, given) == used
+        ctx = frames[40 - given:40]
+        out = continue_clip(model, ctx, PROMPT, seed=0, steps=4)
+        assert out.shape == (17, 32, 32, 3)
+        with torch.no_grad():
+            recon = model.codec.decode_clip(model.codec.encode_clip(ctx[-used:]))
+        # The latents are held exactly; the causal decoder gives the same frames up to float rounding.
+        assert np.abs(out[:used].astype(int) - recon).max() <= 1, used
+        assert not np.array_equal(out[used:], np.repeat(out[used - 1:used], 17 - used, 0))
+
+
+def refused(args: list, capsys, monkeypatch, *words: str) -> str:
+    """Run the real entry point in this process: exit 2 and one line."""
+    from gamengen.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["gamengen", *map(str, args)])
+    with pytest.raises(SystemExit) as e:
+        main()
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert e.value.code == 2 and len(lines) == 1, (e.value.code, err)
+    assert lines[0].startswith("error: ") and "fix:" in lines[0] and "Traceback" not in err
+    for w in words:
+        assert w in lines[0], lines[0]
+    return lines[0]
+
+
+def bad_models(trained: Path, root: Path) -> dict[str, tuple[Path, str]]:
+    """Folders that are not clip models, each with a word its error must say."""
+    from gamengen.train.text_encoder import pretrain
+
+    good = trained / "run" / "model"
+    out = {"codec folder": (trained / "vae" / "model", "video VAE"), "run folder": (trained / "run", "model"),
+           "missing": (root / "nothing", "no clip model")}
+    for name in ("bad json", "corrupt weights", "wide text"):
+        shutil.copytree(good, root / name)
+    (root / "bad json" / "gamengen_clip.json").write_text("{not json")
+    weights = root / "corrupt weights" / "msdit" / "diffusion_pytorch_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    shutil.rmtree(root / "wide text" / "text")
+    pretrain([PROMPT], "cpu", steps=1, batch_size=1).save(root / "wide text" / "text")  # 256 wide, the MSDiT reads 16
+    out.update({"bad json": (root / "bad json", "JSON"), "corrupt weights": (root / "corrupt weights", "damaged"),
+                "wide text": (root / "wide text", "256 wide")})
+    return out
+
+
+def test_bad_input_is_one_line_exit_2_and_nothing_written(trained, tmp_path, capsys, monkeypatch):
+    model, store = trained / "run" / "model", trained / "store"
+    rec = json.loads((store / "s1-w0" / "manifest.jsonl").read_text().splitlines()[0])
+    (tmp_path / "afile").write_text("x")
+    before = snapshot(trained), snapshot(tmp_path)
+    gen = ["clip", "generate", "--model", model, "--out"]
+    cases = [
+        (gen + [tmp_path / "o" / "a.mp4", "--prompt", " "], "empty"),
+        (gen + [tmp_path / "o" / "a.mp4", "--prompt", "word " * 400], "tokens"),
+        (gen + [tmp_path / "afile" / "a.mp4", "--prompt", PROMPT], "not a folder"),
+        (gen + [tmp_path / "a.txt", "--prompt", PROMPT], ".mp4"),
+        (gen + [tmp_path / "a.mp4", "--prompt", PROMPT, "--steps", "0"], "steps"),
+    ]
+    cont = ["clip", "continue", "--model", model, "--prompt", PROMPT, "--out", tmp_path / "o" / "c.mp4", "--from"]
+    cases += [
+        (cont + [f"{tmp_path / 'nostore'}:e000000"], "not a trajectory store"),
+        (cont + [f"{store}:e999999"], "no episode"),
+        (cont + [f"{store}:{rec['id']}:0"], "out of range"),
+        (cont + [f"{store}:{rec['id']}:{rec['length'] + 1}"], "out of range"),
+        (cont + ["just-a-name"], "STORE:EPISODE"),
+    ]
+    train = ["clip", "train", "--out", tmp_path / "run", "--preset", "tiny", "--steps", "1"]
+    cases += [
+        (train + ["--data", store, "--codec", trained / "vae" / "model"], "not a clip dataset"),
+        (train + ["--data", trained / "clips"], "--codec"),
+        (train + ["--data", trained / "clips", "--codec", trained / "ae"], "not a video VAE"),
+        (train + ["--data", trained / "clips", "--codec", trained / "vae" / "model", "--text", trained / "ae"],
+         "not a text encoder"),
+        (train + ["--data", trained / "clips", "--codec", trained / "vae" / "model", "--preset", "huge"], "preset"),
+    ]
+    for args, word in cases:
+        refused(args, capsys, monkeypatch, word)
+    assert (snapshot(trained), snapshot(tmp_path)) == before
+    for name, (folder, word) in bad_models(trained, tmp_path / "models").items():
+        refused(["clip", "generate", "--model", folder, "--prompt", PROMPT, "--out", tmp_path / "o" / "a.mp4"],
+                capsys, monkeypatch, word)
+    assert not (tmp_path / "o").exists() and not (tmp_path / "run").exists()
+
+
+def test_the_real_command_exits_2_on_a_world_model_folder(trained, tmp_path):
+    (tmp_path / "wm").mkdir()
+    (tmp_path / "wm" / "gamengen_wm.json").write_text("{}")
+    res = cli("clip", "generate", "--model", tmp_path / "wm", "--prompt", PROMPT, "--out", tmp_path / "x.mp4")
+    assert res.returncode == 2 and res.stderr.strip().count("\n") == 0, res.stderr
+    assert "world model" in res.stderr and not (tmp_path / "x.mp4").exists()
