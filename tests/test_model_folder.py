@@ -142,3 +142,25 @@ def test_the_bundled_models_load():
     for m in (teacher, student):
         assert (m.meta.env_id, m.meta.width, m.meta.height, m.meta.context) == ("vizdoom:freedoom1/E1M1", 160, 120, 64)
         assert len(m.meta.actions) == 12 and m.meta.frame_skip == 1 and len(m.starts) == 3
+
+
+def test_a_folder_swap_cut_between_its_renames_gets_the_old_folder_back(tmp_path):
+    """write_folder_atomic: a crash after the old folder went aside and before the new one came in
+    leaves only `.NAME.old-PID`; the next write puts it back first, and drops crashed temporaries."""
+    from gamengen.atomic import write_folder_atomic
+
+    folder = tmp_path / "model"
+    aside = tmp_path / ".model.old-99999"
+    aside.mkdir()
+    (aside / "weights").write_text("old")
+    (tmp_path / ".model.tmp-88888").mkdir()  # another crashed call's half-written folder
+
+    def fails(tmp):
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):
+        write_folder_atomic(folder, fails)
+    assert (folder / "weights").read_text() == "old"  # back, though this write failed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    write_folder_atomic(folder, lambda tmp: (tmp.mkdir(), (tmp / "weights").write_text("new")))
+    assert (folder / "weights").read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["model"]

@@ -42,16 +42,21 @@ def write_json_atomic(path: str | os.PathLike, obj) -> None:
 
 def write_folder_atomic(folder: str | os.PathLike, write) -> None:
     """``write(tmp)`` a whole folder into a temporary sibling, make it durable, then rename it into
-    place; an old folder is renamed aside first and removed last, so a crash leaves either the old
-    folder or the new one."""
+    place; an old folder is renamed aside first and removed last. A crash between the two renames
+    leaves the old folder aside (``.NAME.old-PID``): the next call puts it back before anything
+    else, so the folder is lost only while no call runs. Leftovers of crashed calls go."""
     import shutil
 
     folder = Path(folder).absolute()
     folder.parent.mkdir(parents=True, exist_ok=True)
+    aside = sorted(folder.parent.glob(f".{folder.name}.old-*"))
+    if aside and not folder.exists():
+        os.replace(aside[-1], folder)  # a crash between the renames: the old folder comes back
+        fsync_dir(folder.parent)
+    for stale in [*folder.parent.glob(f".{folder.name}.tmp-*"), *folder.parent.glob(f".{folder.name}.old-*")]:
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
     old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
-    for stale in (tmp, old):
-        shutil.rmtree(stale, ignore_errors=True)
     try:
         write(tmp)
         for path in [*sorted(tmp.rglob("*"), reverse=True), tmp]:  # files before the folders that hold them

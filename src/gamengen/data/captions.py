@@ -363,12 +363,17 @@ class _Event:
 
 
 def _events(w: _Window) -> list[_Event] | None:
-    """The events fired in the window, with whether their effect shows in it; None: not recorded."""
+    """The events fired in the window, with whether their effect shows in it; None: not recorded.
+
+    An event is the window's when the frame it was fired after and the first frame that can show
+    it (the next one) are both in the window: steps start .. end - 2. One fired at the last step
+    shows only after the window; one fired just before it shows from its first frame on, with no
+    "before" in the window to tell it by."""
     if w.events is None:
         return None
     vocab, out = w.store.spec.events, []
     horizon = max(1, round(CONFIRM_S * w.fps))
-    for t in np.nonzero(w.events[w.start:w.end])[0]:
+    for t in np.nonzero(w.events[w.start:w.end - 1])[0]:
         ev = vocab[int(w.events[w.start + t])]
         out.append(_Event(t / w.fps, ev, effect_seen(ev.effect, int(t), w.obs, horizon)))
     return out

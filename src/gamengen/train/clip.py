@@ -22,6 +22,7 @@ the run folder (train/run.py) resumes exactly: a run in pieces equals one run of
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -181,14 +182,20 @@ def train_clip(clips: str | Path, out: str | Path, cfg: ClipTrainConfig, report:
     codec_dir, text_dir = (Path(codec) if codec else None), (Path(text) if text else None)
     ds, clip_codec, captions = _inputs(clips, codec_dir)
     given = CaptionEncoder.load(text_dir) if text_dir else None  # refused before the run folder is made
+    fresh = not out.exists()
     run = RunFolder(out, {**dataclasses.asdict(cfg), "data": str(clips.resolve()), "codec": str(codec_dir.resolve()),
                           "text": str(text_dir.resolve()) if text_dir else None}, keep=cfg.keep_checkpoints).open()
-    encoder = given or _own_text_encoder(cfg, out / "text", captions, stage)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    clip_codec.frame.ae.to(device)
-    clip_codec.vae.to(device)
-    latents = cache_latents(ds, clip_codec, out / "cache", stage)  # (N, L, C, h, w) float16
-    features: TextCache = cache_text(captions, encoder, out / "cache", stage)
+    try:  # a caption the text encoder refuses (too long) is found only here: leave no new run behind
+        encoder = given or _own_text_encoder(cfg, out / "text", captions, stage)
+        clip_codec.frame.ae.to(device)
+        clip_codec.vae.to(device)
+        latents = cache_latents(ds, clip_codec, out / "cache", stage)  # (N, L, C, h, w) float16
+        features: TextCache = cache_text(captions, encoder, out / "cache", stage)
+    except UserError:
+        if fresh:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     shape = tuple(latents.shape[1:])
     with torch.random.fork_rng(devices=[]):  # initial weights from the seed, the caller's RNG untouched
         torch.manual_seed(cfg.seed)

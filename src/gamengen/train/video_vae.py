@@ -75,7 +75,9 @@ class ClipSampler:
         eps = self.rng.choice(len(self.records), size=n, p=self.p)
         out = []
         for e in eps:
-            lat = self._latents.setdefault(int(e), self.cache.load(self.records[int(e)]))
+            if int(e) not in self._latents:  # (setdefault would open the file on every draw)
+                self._latents[int(e)] = self.cache.load(self.records[int(e)])
+            lat = self._latents[int(e)]
             t = int(self.rng.integers(len(lat) - self.frames + 1))
             out.append(np.asarray(lat[t:t + self.frames], dtype=np.float32))
         return torch.from_numpy(np.stack(out))
