@@ -15,7 +15,7 @@
 # LEVER: base (cpu-m, context 16, the paper's uniform timesteps), lognormal (EDM's noise levels),
 # ctx4 / ctx8 (context length), cpu (the smaller U-Net at context 16), unroll (a quarter of the
 # contexts end in the model's own prediction), residual (diffuse the change from the last frame).
-# One change each against base.
+# One change each against base; combo joins the two winners at equal time (unroll + lognormal).
 #
 # docs/results.md ("Autoencoder levers at equal CPU time") says why these settings. Runs the
 # gamengen of .venv (make venv) unless GG says otherwise.
@@ -38,7 +38,7 @@ case "${1:?usage: scripts/cpu-issue17.sh data|ae|eval-ae|wm LEVER|eval-wm LEVER}
     $GG eval ae --ae runs/ae-long --data data/eval-k2 --out runs/ae-long-eval --samples 256
     ;;
   wm|eval-wm)
-    lever=${2:?which lever: base, lognormal, ctx4, ctx8, cpu, unroll or residual}
+    lever=${2:?which lever: base, lognormal, ctx4, ctx8, cpu, unroll, residual or combo}
     case "$lever" in
       base) flags="--preset cpu-m" ;;
       lognormal) flags="--preset cpu-m --timesteps lognormal" ;;
@@ -47,6 +47,7 @@ case "${1:?usage: scripts/cpu-issue17.sh data|ae|eval-ae|wm LEVER|eval-wm LEVER}
       cpu) flags="--preset cpu --context 16" ;;
       unroll) flags="--preset cpu-m --unroll 0.25" ;;
       residual) flags="--preset cpu-m --residual" ;;
+      combo) flags="--preset cpu-m --unroll 0.25 --timesteps lognormal" ;;
       *) echo "unknown lever $lever" >&2; exit 2 ;;
     esac
     if [ "$1" = wm ]; then

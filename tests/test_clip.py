@@ -107,6 +107,45 @@ def test_a_run_in_pieces_equals_one_run(trained, tmp_path):
     assert snapshot(tmp_path / "whole") == before
 
 
+def test_several_clip_datasets_train_as_one(trained, tmp_path):
+    """`clip train --data A --data B`: one model on both (one dataset per game); datasets of another
+    clip size are refused in one line before any write."""
+    from gamengen.curate.dataset import ClipDataset
+
+    cli("record", "--env", "toy:cursor", "--resolution", "32x32", "--steps", "600", "--seed", "2",
+        "--out", tmp_path / "store2", check=True)
+    cli("curate", "--from", tmp_path / "store2", "--out", tmp_path / "clips2", "--min-seconds", "2", "--min-motion",
+        "0", "--max-windows", "2", check=True)
+    common = ["--codec", trained / "vae" / "model", "--text", trained / "run" / "text", "--preset", "tiny",
+              "--steps", "3"]
+    cli("clip", "train", "--data", trained / "clips", "--data", tmp_path / "clips2", "--out", tmp_path / "run",
+        *common, check=True)
+    meta = json.loads((tmp_path / "run" / "model" / "gamengen_clip.json").read_text())["meta"]
+    sizes = [len(ClipDataset.open(p)) for p in (trained / "clips", tmp_path / "clips2")]
+    assert meta["dataset"]["clips"] == sum(sizes) and len(meta["dataset"]["paths"]) == 2, meta["dataset"]
+    assert meta["env_ids"] == ["toy:cursor"]
+    cli("curate", "--from", tmp_path / "store2", "--out", tmp_path / "short", "--min-seconds", "2", "--min-motion",
+        "0", "--max-windows", "2", "--clip-frames", "13", check=True)
+    res = cli("clip", "train", "--data", trained / "clips", "--data", tmp_path / "short", "--out", tmp_path / "bad",
+              *common)
+    assert res.returncode == 2 and "differ" in res.stderr and "--clip-frames" in res.stderr, res.stderr
+    assert not (tmp_path / "bad").exists()
+
+
+def test_clip_train_text_pretrains_an_encoder_clip_train_takes(trained, tmp_path):
+    from gamengen.models.text_encoder import CaptionEncoder
+
+    cli("clip", "train-text", "--data", trained / "clips", "--out", tmp_path / "text", "--preset", "tiny",
+        "--steps", "5", check=True)
+    enc = CaptionEncoder.load(tmp_path / "text")
+    assert enc.preset == "tiny" and enc.width == 16
+    hidden, mask = enc.encode([PROMPT])
+    assert hidden.shape[-1] == 16 and mask.sum() > 5
+    before = snapshot(tmp_path / "text")
+    res = cli("clip", "train-text", "--data", trained / "clips", "--out", tmp_path / "text", "--preset", "tiny")
+    assert res.returncode == 2 and "exists" in res.stderr and snapshot(tmp_path / "text") == before
+
+
 def test_the_draws_follow_the_config():
     """§3.5: 25% continuation with x uniform in 1..L-1, 25% text dropout independent of the task;
     t logit-normal; each draw keyed by (seed, step, sample)."""

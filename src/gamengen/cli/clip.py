@@ -6,7 +6,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import numpy as np
 import typer
@@ -47,9 +47,36 @@ def train_vae(
                f"{codec.meta.get('heldout_clip_psnr', 'n/a')} dB (2D AE alone {codec.meta.get('heldout_ae_psnr', 'n/a')})")
 
 
+@clip_app.command("train-text")
+def train_text(
+    data: List[Path] = typer.Option(..., "--data", help="Clip dataset(s) from `gamengen curate` whose GEN captions "
+                                                         "it learns."),
+    out: Path = typer.Option(..., "--out", help="New folder for the text encoder (pass it to `clip train --text`)."),
+    preset: str = typer.Option("cpu", help="tiny (tests) or cpu (256 wide, the cpu MSDiT's text width)."),
+    steps: int = typer.Option(2000, help="Span-corruption steps (T5's pretraining objective)."),
+    batch_size: int = typer.Option(32),
+    learning_rate: float = typer.Option(1e-3),
+    seed: int = typer.Option(0),
+):
+    """Pretrain the caption T5 (§3.3's text encoder, trained here on our captions: nothing is downloaded)."""
+    from ..train.clip import open_datasets
+    from ..train.text_encoder import pretrain
+
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"--out {out} exists", "pick a new folder for the text encoder")
+    _, captions = open_datasets(list(data))
+    with progress_bar(f"text encoder ({preset} preset) on {len(captions)} captions", steps) as advance:
+        to_bar = step_reporter(advance)  # pretrain reports after step s as s; the bar counts steps done
+        enc = pretrain(captions, preset, steps, batch_size, learning_rate, seed, lambda s, n, loss: to_bar(s + 1, n, loss))
+    enc.save(out)
+    typer.echo(f"{out}: {enc.preset} T5 encoder, width {enc.width}, vocabulary {len(enc.tokenizer)}, "
+               f"pretrained {steps} steps on {len(captions)} GEN captions")
+
+
 @clip_app.command("train")
 def train(
-    data: Path = typer.Option(..., "--data", help="Clip dataset from `gamengen curate`."),
+    data: List[Path] = typer.Option(..., "--data", help="Clip dataset from `gamengen curate`; repeat it to train on "
+                                                         "several (one per game, say) as one."),
     out: Path = typer.Option(..., "--out", help="Run folder (created, or resumed if it exists); the model goes to OUT/model."),
     codec: Optional[Path] = typer.Option(None, "--codec", help="Video VAE folder (`gamengen clip train-vae`'s OUT/model). Required."),
     text: Optional[Path] = typer.Option(None, "--text", help="A text encoder folder; without it one is pretrained on the "
@@ -77,7 +104,7 @@ def train(
             to_bar(step, total, loss)
             last[0] = loss
 
-        model = train_clip(data, out, cfg, report, _warn, codec, text, stage=lambda m: console.print(m))
+        model = train_clip(list(data), out, cfg, report, _warn, codec, text, stage=lambda m: console.print(m))
     typer.echo(f"{out}: step {model.meta.train_steps}, loss {last[0]:.4f}; model in {out / 'model'}")
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 
 from ..curate.dataset import ClipDataset
@@ -126,24 +127,38 @@ def batch_loss(net: MSDiT, batch: Batch, cond: dict[str, torch.Tensor]) -> torch
     return flow_loss(model, batch.z, batch.noise, batch.t, frame_mask(B, L, batch.context, device=batch.z.device))
 
 
-def _inputs(clips: Path, codec_dir: Path | None) -> tuple[ClipDataset, ClipCodec, list[str]]:
-    """The clip dataset, the codec (checked against it) and the GEN captions, before any write."""
-    ds = ClipDataset.open(clips)
-    if not len(ds):
-        raise UserError(f"the clip dataset {clips} holds no clips", "curate more gameplay with `gamengen curate`")
+def open_datasets(clips: list[Path]) -> tuple[list[ClipDataset], list[str]]:
+    """The clip datasets (one per game, say; all of one clip length, size and rate) and their GEN
+    captions in dataset order; a UserError for anything that cannot train together."""
+    sets = [ClipDataset.open(c) for c in clips]
+    first, captions = sets[0], []
+    for c, ds in zip(clips, sets):
+        if not len(ds):
+            raise UserError(f"the clip dataset {c} holds no clips", "curate more gameplay with `gamengen curate`")
+        if (ds.clip_frames, ds.height, ds.width, ds.fps) != (first.clip_frames, first.height, first.width, first.fps):
+            raise UserError(f"the clip datasets {clips[0]} and {c} differ: {first.clip_frames} vs {ds.clip_frames} "
+                            f"frames of {first.width}x{first.height} vs {ds.width}x{ds.height} at {first.fps:g} vs "
+                            f"{ds.fps:g} fps", "curate them with the same --clip-frames, --resolution and --fps")
+        try:
+            captions += [ds.meta(i)["captions"]["caption"] for i in range(len(ds))]
+        except (KeyError, TypeError):
+            raise UserError(f"the clips in {c} have no GEN captions", "re-run `gamengen curate`") from None
+    return sets, captions
+
+
+def _inputs(clips: list[Path], codec_dir: Path | None) -> tuple[list[ClipDataset], ClipCodec, list[str]]:
+    """The clip datasets, the codec (checked against them) and the GEN captions, before any write."""
+    sets, captions = open_datasets(clips)
     if codec_dir is None:
         raise UserError("clip training needs a video codec (--codec)",
                         "train one with `gamengen clip train-vae --data STORE --ae AE --out RUN`, pass RUN/model")
     codec = ClipCodec.load(codec_dir)
+    ds = sets[0]
     if (codec.frame.height, codec.frame.width) != (ds.height, ds.width):
         raise UserError(f"the codec in {codec_dir} is for {codec.frame.width}x{codec.frame.height} frames, the clips "
-                        f"in {clips} are {ds.width}x{ds.height}", "pass a codec trained on frames of this size")
+                        f"in {clips[0]} are {ds.width}x{ds.height}", "pass a codec trained on frames of this size")
     codec.latent_shape(ds.clip_frames)  # a UserError for clips that are not 1 + 4k frames
-    try:
-        captions = [ds.meta(i)["captions"]["caption"] for i in range(len(ds))]
-    except (KeyError, TypeError):
-        raise UserError(f"the clips in {clips} have no GEN captions", "re-run `gamengen curate`") from None
-    return ds, codec, captions
+    return sets, codec, captions
 
 
 def _own_text_encoder(cfg: ClipTrainConfig, run_text: Path, captions: list[str],
@@ -159,38 +174,43 @@ def _own_text_encoder(cfg: ClipTrainConfig, run_text: Path, captions: list[str],
     return enc
 
 
-def _env_ids(ds: ClipDataset, codec: ClipCodec) -> list[str]:
-    """The games of the clips: the source store's env id when it can still be read, else the codec's."""
+def _env_ids(sets: list[ClipDataset], codec: ClipCodec) -> list[str]:
+    """The games of the clips: each source store's env id that can still be read, else the codec's."""
     from ..data.store import Store
 
-    src = ds.info.get("source") or {}
-    if src.get("kind") == "store":
-        try:
-            return [Store.open(src["path"]).spec.env_id]
-        except (UserError, OSError, KeyError, ValueError):
-            pass
-    return [codec.meta["env_id"]] if codec.meta.get("env_id") else []
+    games = []
+    for ds in sets:
+        src = ds.info.get("source") or {}
+        if src.get("kind") == "store":
+            try:
+                games.append(Store.open(src["path"]).spec.env_id)
+            except (UserError, OSError, KeyError, ValueError):
+                pass
+    games = list(dict.fromkeys(games))
+    return games or ([codec.meta["env_id"]] if codec.meta.get("env_id") else [])
 
 
-def train_clip(clips: str | Path, out: str | Path, cfg: ClipTrainConfig, report: Report = lambda s, n, loss: None,
+def train_clip(clips: str | Path | list, out: str | Path, cfg: ClipTrainConfig, report: Report = lambda s, n, loss: None,
                warn: Callable[[str], None] = print, codec: str | Path | None = None, text: str | Path | None = None,
                *, stage: Callable[[str], None] = lambda message: None) -> ClipModel:
-    """Train (or resume) the clip model on the clip dataset ``clips``; the run folder is ``out``, the
-    model ``out/model``. ``report(step, steps, loss)`` after every step; ``stage(message)`` before
+    """Train (or resume) the clip model on the clip dataset ``clips`` (or a list of them, as one); the
+    run folder is ``out``, the model ``out/model``. ``report(step, steps, loss)`` after every step; ``stage(message)`` before
     each slow set-up stage (text pretraining, the caches)."""
-    clips, out = Path(clips), Path(out)
+    clips = [Path(c) for c in (clips if isinstance(clips, (list, tuple)) else [clips])]
+    out = Path(out)
     codec_dir, text_dir = (Path(codec) if codec else None), (Path(text) if text else None)
-    ds, clip_codec, captions = _inputs(clips, codec_dir)
+    sets, clip_codec, captions = _inputs(clips, codec_dir)
+    ds, data = sets[0], [str(c.resolve()) for c in clips]
     given = CaptionEncoder.load(text_dir) if text_dir else None  # refused before the run folder is made
     fresh = not out.exists()
-    run = RunFolder(out, {**dataclasses.asdict(cfg), "data": str(clips.resolve()), "codec": str(codec_dir.resolve()),
+    run = RunFolder(out, {**dataclasses.asdict(cfg), "data": data[0] if len(data) == 1 else data, "codec": str(codec_dir.resolve()),
                           "text": str(text_dir.resolve()) if text_dir else None}, keep=cfg.keep_checkpoints).open()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:  # a caption the text encoder refuses (too long) is found only here: leave no new run behind
         encoder = given or _own_text_encoder(cfg, out / "text", captions, stage)
         clip_codec.frame.ae.to(device)
         clip_codec.vae.to(device)
-        latents = cache_latents(ds, clip_codec, out / "cache", stage)  # (N, L, C, h, w) float16
+        latents = np.concatenate([cache_latents(d, clip_codec, out / "cache", stage) for d in sets])  # (N, L, C, h, w)
         features: TextCache = cache_text(captions, encoder, out / "cache", stage)
     except UserError:
         if fresh:
@@ -203,8 +223,9 @@ def train_clip(clips: str | Path, out: str | Path, cfg: ClipTrainConfig, report:
     net.to(device)
     opt = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate)
     done, losses, _ = run.resume_into(net, opt, warn)  # every draw is keyed by step: no RNG state to restore
-    meta = ClipModelMeta(ds.clip_frames, ds.fps, ds.height, ds.width, _env_ids(ds, clip_codec),
-                         {"path": str(clips.resolve()), "source": ds.info.get("source"), "clips": len(ds)}, done,
+    dataset = ({"path": data[0], "source": ds.info.get("source"), "clips": len(ds)} if len(sets) == 1 else
+               {"paths": data, "sources": [d.info.get("source") for d in sets], "clips": len(latents)})
+    meta = ClipModelMeta(ds.clip_frames, ds.fps, ds.height, ds.width, _env_ids(sets, clip_codec), dataset, done,
                          {"msdit": cfg.preset, "text": encoder.preset, "video_vae": clip_codec.meta.get("preset"),
                           "ae": clip_codec.frame.meta.get("preset")},
                          {"text_dropout": cfg.text_dropout, "continuation": cfg.continuation,
@@ -215,7 +236,7 @@ def train_clip(clips: str | Path, out: str | Path, cfg: ClipTrainConfig, report:
     deadline = Deadline(cfg.max_minutes)
     net.train()
     while done < cfg.steps:
-        draws = [draw_sample(cfg, done, i, len(ds), shape) for i in range(cfg.batch_size)]
+        draws = [draw_sample(cfg, done, i, len(latents), shape) for i in range(cfg.batch_size)]
         loss = batch_loss(net, make_batch(draws, latents, features, device), cond)
         descend(loss, opt, net.parameters(), cfg.grad_clip)
         done += 1
@@ -229,5 +250,6 @@ def train_clip(clips: str | Path, out: str | Path, cfg: ClipTrainConfig, report:
             break
     net.eval().requires_grad_(False)
     model.meta.train_steps = done
-    model.save_pretrained(out / "model", model.default_card() + f"\nTrained on the clip dataset `{clips}`.\n")
+    model.save_pretrained(out / "model", model.default_card() + "\nTrained on the clip dataset" + ("s " if len(clips) > 1 else " ")
+                        + ", ".join(f"`{c}`" for c in clips) + ".\n")
     return model
