@@ -299,3 +299,14 @@ def test_the_real_command_exits_2_on_a_world_model_folder(trained, tmp_path):
     res = cli("clip", "generate", "--model", tmp_path / "wm", "--prompt", PROMPT, "--out", tmp_path / "x.mp4")
     assert res.returncode == 2 and res.stderr.strip().count("\n") == 0, res.stderr
     assert "world model" in res.stderr and not (tmp_path / "x.mp4").exists()
+
+
+def test_bench_clip_times_text_to_clip_and_continuation(trained):
+    res = cli("bench", "clip", "--model", trained / "run" / "model", "--prompt", PROMPT, "--repeats", "1",
+              "--steps", "3", "--json", check=True)
+    r = json.loads(res.stdout)
+    assert (r["frames"], r["resolution"], r["euler_steps"], r["msdit_calls"]) == (17, "32x32", 3, 6)
+    assert r["text_to_clip_s"] > 0 and r["continuation_s"] > 0 and r["stages_s"]["decode"] > 0
+    assert r["real_time"] == pytest.approx(r["clip_seconds"] / r["text_to_clip_s"])
+    res = cli("bench", "clip", "--model", trained / "run" / "model", "--prompt", " ")
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr

@@ -382,3 +382,45 @@ def bench_model(model_dir, repeats: int = 20, compile: bool = True, report=lambd
     base = out["unet_call_ms"]["eager fp32"]
     out["vs_baseline"] = {k: base / v for k, v in out["unet_call_ms"].items()}
     return out
+
+
+def bench_clip(model_dir, prompt: str, repeats: int = 3, steps: int | None = None, report=lambda n: None) -> dict:
+    """Seconds per clip from text (the whole of `clip generate` after loading: text encoding, the
+    Euler steps with CFG, decoding) and per continuation, median of ``repeats`` after one warm-up,
+    with the time per stage of one generation."""
+    import numpy as np
+    import torch
+
+    from .engine.clip import continue_clip, generate
+    from .models.clip_model import ClipModel
+
+    t0 = time.perf_counter()
+    model = ClipModel.from_pretrained(model_dir)
+    load_s = time.perf_counter() - t0
+    s, m = model.sampler, model.meta
+    steps = s.steps if steps is None else steps
+
+    def median_s(f) -> float:
+        f(-1)  # warm-up: first-call allocations and thread start-up are not the steady cost
+        times = []
+        for i in range(repeats):
+            t = time.perf_counter()
+            f(i)
+            times.append(time.perf_counter() - t)
+            report(1)
+        return float(np.median(times))
+
+    clip = generate(model, prompt, 0, steps)
+    text_s = median_s(lambda i: model.text.encode([prompt]))
+    gen_s = median_s(lambda i: generate(model, prompt, i + 1, steps))
+    with torch.inference_mode():
+        latents = model.codec.encode_clip(clip)  # (L, C, h, w)
+    decode_s = median_s(lambda i: model.codec.decode_clip(latents))
+    cont_s = median_s(lambda i: continue_clip(model, clip[:5], prompt, i + 1, steps))
+    calls = steps * (2 if s.guidance != 1 else 1)
+    return {"model": str(model_dir), "machine": machine(), "threads": torch.get_num_threads(),
+            "frames": m.frames, "resolution": f"{m.width}x{m.height}", "fps": m.fps, "euler_steps": steps,
+            "guidance": s.guidance, "msdit_calls": calls, "load_s": load_s, "text_to_clip_s": gen_s,
+            "continuation_s": cont_s, "stages_s": {"text": text_s, "decode": decode_s,
+                                                    "euler": max(0.0, gen_s - text_s - decode_s)},
+            "clip_seconds": m.frames / m.fps, "real_time": (m.frames / m.fps) / gen_s}

@@ -151,3 +151,31 @@ def bench_play_cmd(
     typer.echo(f"  fast / reference: {res['onnx_vs_torch']:.2f}x; the game's own rate is {res['game_fps']:g} "
                f"frames/s (frame skip {res['frame_skip']}), so the fast path plays at "
                f"{res['onnx']['real_time']:.2f}x real time")
+
+
+@bench_app.command("clip")
+def bench_clip_cmd(
+    model: Path = typer.Option(..., help="Clip model folder (`gamengen clip train`'s OUT/model)."),
+    prompt: str = typer.Option("A 1.0-second first-person clip of Freedoom: Phase 1, map E1M1 \"Outer Prison\": "
+                               "the player walks forward.", help="The text to generate from."),
+    repeats: int = typer.Option(3, help="Timed clips per kind (after one warm-up)."),
+    steps: Optional[int] = typer.Option(None, help="Euler steps (default: the model's)."),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Seconds per clip from text and per continuation, with time per stage (text, Euler + CFG, decode)."""
+    from ..bench import bench_clip
+
+    if repeats < 1:
+        raise UserError("--repeats must be at least 1", "pass a positive number")
+    with progress_bar("timed clips and stages", 4 * repeats) as advance:
+        res = bench_clip(model, prompt, repeats, steps, report=advance)
+    if as_json:
+        typer.echo(json.dumps(res, indent=2))
+        return
+    st = res["stages_s"]
+    typer.echo(f"{res['model']}: {res['frames']} frames of {res['resolution']} at {res['fps']:g} fps, "
+               f"{res['euler_steps']} Euler steps, CFG {res['guidance']:g} ({res['msdit_calls']} MSDiT calls); "
+               f"{res['machine']}, {res['threads']} threads")
+    typer.echo(f"  text to clip: {res['text_to_clip_s']:.2f} s per clip (text {st['text'] * 1e3:.0f} ms, Euler "
+               f"{st['euler']:.2f} s, decode {st['decode']:.2f} s); {res['real_time']:.2f}x real time")
+    typer.echo(f"  continuation (5 context frames): {res['continuation_s']:.2f} s per clip; model load {res['load_s']:.1f} s")
