@@ -24,7 +24,7 @@ case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|vae|train}" in
     ;;
   text)
     data=(); for d in data/curated/*/; do data+=(--data "$d"); done
-    [ -f runs/clip-text/gamengen_text.json ] || $GG clip train-text "${data[@]}" --out runs/clip-text --preset cpu
+    [ -f runs/clip-text/gamengen_text.json ] || $GG clip train-text "${data[@]}" --out runs/clip-text --preset cpu --steps 600
     ;;
   vae)
     $GG clip train-vae --data data/clips/freedoom1-E1M2 --ae "$AE" --out runs/vvae --steps 3000 \

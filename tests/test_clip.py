@@ -310,3 +310,18 @@ def test_bench_clip_times_text_to_clip_and_continuation(trained):
     assert r["real_time"] == pytest.approx(r["clip_seconds"] / r["text_to_clip_s"])
     res = cli("bench", "clip", "--model", trained / "run" / "model", "--prompt", " ")
     assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+
+
+def test_short_captions_are_the_summary_field(trained):
+    """The paper's caption ablation (§4.3): `--captions short` trains on the Summary field alone."""
+    from gamengen.curate.dataset import ClipDataset
+    from gamengen.errors import UserError
+    from gamengen.train.clip import ClipTrainConfig, open_datasets
+
+    ds = ClipDataset.open(trained / "clips")
+    _, full = open_datasets([trained / "clips"])
+    _, short = open_datasets([trained / "clips"], "short")
+    fields = ds.meta(0)["captions"]["fields"]
+    assert short[0] == fields["Summary"] and fields["Summary"] in full[0] and len(full[0]) > 2 * len(short[0])
+    with pytest.raises(UserError, match="caption kind"):
+        ClipTrainConfig.from_preset("tiny", captions="long")

@@ -87,6 +87,8 @@ def train(
     learning_rate: Optional[float] = typer.Option(None, help="Adam, fixed (paper §3.5: 5e-4)."),
     text_steps: Optional[int] = typer.Option(None, help="Text encoder pretraining steps (without --text)."),
     checkpoint_every: Optional[int] = typer.Option(None),
+    captions: str = typer.Option("structured", help="structured (the five GEN fields, §3.2) or short (the Summary "
+                                                    "field alone: the paper's caption ablation)."),
     seed: int = typer.Option(0),
     max_minutes: Optional[float] = typer.Option(None, help="Stop after about this long, exporting the model at the step reached (the same command resumes)."),
 ):
@@ -95,7 +97,7 @@ def train(
 
     given = {"steps": steps, "batch_size": batch_size, "learning_rate": learning_rate, "text_steps": text_steps,
              "checkpoint_every": checkpoint_every, "max_minutes": max_minutes}
-    cfg = ClipTrainConfig.from_preset(preset, seed=seed, **{k: v for k, v in given.items() if v is not None})
+    cfg = ClipTrainConfig.from_preset(preset, seed=seed, captions=captions, **{k: v for k, v in given.items() if v is not None})
     last = [float("nan")]
     with progress_bar(f"clip model ({preset} preset)", cfg.steps) as advance:
         to_bar = step_reporter(advance)

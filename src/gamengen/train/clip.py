@@ -42,6 +42,7 @@ from .run import Deadline, RunFolder, descend
 from .world_model import seed_of
 
 Report = Callable[[int, int, float], None]
+CAPTION_KINDS = ("structured", "short")
 
 CLIP_TRAIN_PRESETS = {  # what a preset changes in ClipTrainConfig besides the MSDiT's size
     "tiny": {"text_preset": "tiny", "text_steps": 200, "text_batch_size": 8, "batch_size": 4},
@@ -65,6 +66,9 @@ class ClipTrainConfig:
     text_dropout: float = 0.25  # §3.5: drop the text 25% of the time, for classifier-free guidance
     continuation: float = 0.25  # §3.5: 75% text-to-video, 25% video continuation
     timesteps: str = "logit_normal"  # diffusion/flow.sample_t: SD3's draw; "uniform" is plain rectified flow
+    # "structured": the five GEN fields (§3.2); "short": the Summary field alone, the paper's caption
+    # ablation (§4.3: structured captions against short ones)
+    captions: str = "structured"
     seed: int = 0
     checkpoint_every: int = 250
     keep_checkpoints: int = 2
@@ -82,6 +86,8 @@ class ClipTrainConfig:
         if not (0 <= self.text_dropout <= 1 and 0 <= self.continuation <= 1) or self.learning_rate <= 0:
             raise UserError("text dropout and continuation share must be in [0, 1], the learning rate > 0",
                             "fix the training settings")
+        if self.captions not in CAPTION_KINDS:
+            raise UserError(f"unknown caption kind '{self.captions}'", "use structured or short")
         if self.timesteps not in ("logit_normal", "uniform"):
             raise UserError(f"unknown timestep draw '{self.timesteps}'", "use logit_normal or uniform")
 
@@ -127,9 +133,15 @@ def batch_loss(net: MSDiT, batch: Batch, cond: dict[str, torch.Tensor]) -> torch
     return flow_loss(model, batch.z, batch.noise, batch.t, frame_mask(B, L, batch.context, device=batch.z.device))
 
 
-def open_datasets(clips: list[Path]) -> tuple[list[ClipDataset], list[str]]:
-    """The clip datasets (one per game, say; all of one clip length, size and rate) and their GEN
-    captions in dataset order; a UserError for anything that cannot train together."""
+def caption_of(meta: dict, kind: str = "structured") -> str:
+    """A clip's training caption (one line of clips.jsonl): its GEN text, or its Summary alone."""
+    c = meta["captions"]
+    return c["caption"] if kind == "structured" else c["fields"]["Summary"]
+
+
+def open_datasets(clips: list[Path], kind: str = "structured") -> tuple[list[ClipDataset], list[str]]:
+    """The clip datasets (one per game, say; all of one clip length, size and rate) and their
+    captions of ``kind`` in dataset order; a UserError for anything that cannot train together."""
     sets = [ClipDataset.open(c) for c in clips]
     first, captions = sets[0], []
     for c, ds in zip(clips, sets):
@@ -140,15 +152,15 @@ def open_datasets(clips: list[Path]) -> tuple[list[ClipDataset], list[str]]:
                             f"frames of {first.width}x{first.height} vs {ds.width}x{ds.height} at {first.fps:g} vs "
                             f"{ds.fps:g} fps", "curate them with the same --clip-frames, --resolution and --fps")
         try:
-            captions += [ds.meta(i)["captions"]["caption"] for i in range(len(ds))]
+            captions += [caption_of(ds.meta(i), kind) for i in range(len(ds))]
         except (KeyError, TypeError):
             raise UserError(f"the clips in {c} have no GEN captions", "re-run `gamengen curate`") from None
     return sets, captions
 
 
-def _inputs(clips: list[Path], codec_dir: Path | None) -> tuple[list[ClipDataset], ClipCodec, list[str]]:
-    """The clip datasets, the codec (checked against them) and the GEN captions, before any write."""
-    sets, captions = open_datasets(clips)
+def _inputs(clips: list[Path], codec_dir: Path | None, kind: str) -> tuple[list[ClipDataset], ClipCodec, list[str]]:
+    """The clip datasets, the codec (checked against them) and the captions, before any write."""
+    sets, captions = open_datasets(clips, kind)
     if codec_dir is None:
         raise UserError("clip training needs a video codec (--codec)",
                         "train one with `gamengen clip train-vae --data STORE --ae AE --out RUN`, pass RUN/model")
@@ -199,7 +211,7 @@ def train_clip(clips: str | Path | list, out: str | Path, cfg: ClipTrainConfig, 
     clips = [Path(c) for c in (clips if isinstance(clips, (list, tuple)) else [clips])]
     out = Path(out)
     codec_dir, text_dir = (Path(codec) if codec else None), (Path(text) if text else None)
-    sets, clip_codec, captions = _inputs(clips, codec_dir)
+    sets, clip_codec, captions = _inputs(clips, codec_dir, cfg.captions)
     ds, data = sets[0], [str(c.resolve()) for c in clips]
     given = CaptionEncoder.load(text_dir) if text_dir else None  # refused before the run folder is made
     fresh = not out.exists()
@@ -229,7 +241,7 @@ def train_clip(clips: str | Path | list, out: str | Path, cfg: ClipTrainConfig, 
                          {"msdit": cfg.preset, "text": encoder.preset, "video_vae": clip_codec.meta.get("preset"),
                           "ae": clip_codec.frame.meta.get("preset")},
                          {"text_dropout": cfg.text_dropout, "continuation": cfg.continuation,
-                          "timesteps": cfg.timesteps, "learning_rate": cfg.learning_rate, "batch_size": cfg.batch_size})
+                          "timesteps": cfg.timesteps, "captions": cfg.captions, "learning_rate": cfg.learning_rate, "batch_size": cfg.batch_size})
     model = ClipModel(net, clip_codec, encoder, meta)
     cond = model.conditions(cfg.batch_size)
     report(done, cfg.steps, losses[-1] if losses else float("nan"))
