@@ -93,6 +93,13 @@ class Flow:
     radial: float  # mean flow along the direction away from the centre, + = expanding (moving forward)
 
 
+def flow_fields(gray: np.ndarray) -> np.ndarray:
+    """(F, h, w) uint8 luma -> (F - 1, h, w, 2) float32 Farneback flow between consecutive frames:
+    the one flow of curation and of the clip evaluation (eval/clip_motion.py)."""
+    return np.stack([cv2.calcOpticalFlowFarneback(a, b, None, 0.5, 3, 15, 3, 5, 1.2, 0)
+                     for a, b in zip(gray[:-1], gray[1:])])
+
+
 def flow(gray: np.ndarray) -> Flow:
     """Farneback flow between consecutive frames of (F, h, w) uint8 luma, F >= 2, averaged."""
     f, h, w = gray.shape
@@ -101,8 +108,7 @@ def flow(gray: np.ndarray) -> Flow:
     norm = np.maximum(np.hypot(rx, ry), 1.0)
     ux, uy = rx / norm, ry / norm  # unit vectors away from the centre
     mags, dxs, dys, rads = [], [], [], []
-    for a, b in zip(gray[:-1], gray[1:]):
-        fl = cv2.calcOpticalFlowFarneback(a, b, None, 0.5, 3, 15, 3, 5, 1.2, 0)  # (h, w, 2)
+    for fl in flow_fields(gray):  # (h, w, 2)
         u, v = fl[..., 0], fl[..., 1]
         mags.append(float(np.hypot(u, v).mean()))
         dxs.append(float(u.mean()))

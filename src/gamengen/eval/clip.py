@@ -1,0 +1,406 @@
+"""`gamengen clip eval`: the offline evaluation of a clip model (GameGen-X §4.3, Table 1), against
+the same figures on real clips.
+
+The paper's FID, FVD, text-video alignment (expert raters, PLLaVA), subject consistency, imaging
+quality and VBench's motion smoothness all need networks whose weights we never download; they are
+reported "unavailable" (FVD is computed when eval/fvd.py finds its I3D file). What is measured
+instead, each labelled for what it is:
+
+- **caption-field accuracy**: a small classifier (eval/clip_classifier.py) trained here on real
+  clips predicts the game (map or scenario) of a clip made from a held-out clip's GEN caption; the
+  prompted game should win. Its objects head checks the objects the prompt names in view.
+- **continuation consistency**: a held-out clip's first 5 frames (one latent frame, §3.3's x = 1)
+  continued with its caption; the classifier's game on the new frames against its game on the
+  real context frames.
+- **dynamic degree and motion smoothness** from optical flow (eval/clip_motion.py).
+
+Every figure stands beside the same figure on the real held-out clips and on the codec's
+reconstructions of them (the most the model could reach through its video VAE).
+
+Clips are split per dataset, by source episode, into the classifier's training clips and
+held-out ones (``split_clips``); only held-out clips are evaluated. The clip model itself may have
+trained on all of them: held out means held out from the classifier.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ..atomic import sha256_file
+from ..curate.dataset import ClipDataset
+from ..errors import UserError
+from .clip_classifier import (ClassifierConfig, ClipClassifier, TrainingClips, frame_picks, input_size,
+                              objects_in_view, shrink, train_classifier)
+from .clip_motion import motion, wilson
+from .clip_report import about, strips
+
+CONTEXT_FRAMES = 5  # continuation context: 1 + 4 frames, one latent frame (§3.3's x = 1)
+TARGETS = {"game_accuracy": 0.80, "continuation_consistency": 0.90}  # issue 18's targets
+UNAVAILABLE = "unavailable (needs weights we never download)"
+
+
+@dataclass
+class ClipEvalConfig:
+    clips_per_game: int = 8  # held-out clips per game whose captions prompt the model
+    seed: int = 0
+    steps: int | None = None  # Euler steps; None: the model's sampler
+    guidance: float | None = None  # CFG weight; None: the model's sampler
+    heldout_share: float = 0.25  # of each dataset's source episodes, held out from the classifier
+    ceiling_clips: int = 64  # real held-out clips per game the classifier's own accuracy is measured on
+    i3d: str | None = None  # TorchScript I3D for FVD; None: eval/fvd.default_i3d_path()
+    classifier: ClassifierConfig = field(default_factory=ClassifierConfig)
+
+    def check(self) -> "ClipEvalConfig":
+        if self.clips_per_game < 1:
+            raise UserError(f"--clips-per-game must be at least 1, got {self.clips_per_game}",
+                            "pass a positive --clips-per-game")
+        if (self.steps is not None and self.steps < 1) or (self.guidance is not None and self.guidance < 0):
+            raise UserError(f"sampler steps {self.steps}, guidance {self.guidance}", "use steps >= 1, guidance >= 0")
+        if not 0 < self.heldout_share < 1 or self.ceiling_clips < 1:
+            raise UserError("the held-out share must be in (0, 1), ceiling clips >= 1", "fix the evaluation settings")
+        self.classifier.check()
+        return self
+
+
+@dataclass
+class Game:
+    label: str
+    train: list[tuple[int, int]] = field(default_factory=list)  # (dataset, clip) the classifier learns from
+    heldout: list[tuple[int, int]] = field(default_factory=list)
+
+
+@dataclass
+class Inputs:
+    model_dir: Path
+    paths: list[Path]
+    sets: list[ClipDataset]
+    games: list[Game]
+    labels: list[str]  # per dataset: its game (``game_label``)
+    split_by: list[str]  # per dataset: "episode", "clip" or "classifier" (an earlier eval's split)
+    classifier: ClipClassifier | None  # given with --classifier
+
+
+# -- inputs: every refusal before any work ------------------------------------------------------------
+def game_label(ds: ClipDataset) -> str:
+    """A dataset's game: its source store's env id when the store can still be read, else the folder's name."""
+    from ..data.store import Store
+
+    src = ds.info.get("source") or {}
+    if src.get("kind") == "store":
+        try:
+            return Store.open(src["path"]).spec.env_id
+        except (UserError, OSError, KeyError, ValueError, TypeError):
+            pass
+    return Path(ds.folder).resolve().name
+
+
+def split_clips(ds: ClipDataset, seed: int, share: float) -> tuple[list[int], list[int], str]:
+    """(classifier-train clips, held-out clips, "episode" or "clip"). Whole source episodes are held
+    out, so no held-out clip has a neighbour from its own episode in the classifier's training set;
+    a dataset of one source splits its clips. The draw is seeded by ``seed`` and the folder's name,
+    so a dataset splits the same way whatever else is evaluated with it."""
+    from ..train.world_model import seed_of
+
+    groups: dict[str, list[int]] = {}
+    for i in range(len(ds)):
+        src = ds.meta(i).get("source") or {}
+        groups.setdefault(str(src.get("name") or src.get("path") or f"clip {i}"), []).append(i)
+    rng = np.random.default_rng(seed_of(seed, zlib.crc32(Path(ds.folder).resolve().name.encode())))
+    def count(n: int) -> int:  # at least one held out, at least one left to train on
+        return min(n - 1, max(1, round(share * n)))
+
+    if len(groups) >= 2:
+        keys = sorted(groups)
+        held_keys = [keys[j] for j in rng.permutation(len(keys))[:count(len(keys))]]
+        held, by = sorted(i for k in held_keys for i in groups[k]), "episode"
+    else:
+        held, by = sorted(int(i) for i in rng.permutation(len(ds))[:count(len(ds))]), "clip"
+    return sorted(set(range(len(ds))) - set(held)), held, by
+
+
+def _fingerprint(ds: ClipDataset) -> str:
+    return sha256_file(Path(ds.folder) / "clips.jsonl")
+
+
+def check_inputs(model_dir: Path, data: list[Path], out: Path, cfg: ClipEvalConfig,
+                 classifier_dir: Path | None = None) -> Inputs:
+    """Open and check everything; a UserError (one line) for anything wrong, before anything is written."""
+    from ..models.clip_model import ClipModel
+    from ..train.clip import open_datasets
+
+    cfg.check()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"--out {out} exists and is not empty", "pick a new folder for the report")
+    parent = out.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):  # found now, not after an hour of sampling
+        raise UserError(f"cannot write {out}: {parent} is {'not a folder' if not parent.is_dir() else 'read-only'}",
+                        "pick a writable --out")
+    meta, _ = ClipModel.read_meta(model_dir)
+    paths = [Path(p) for p in data]
+    if not paths:
+        raise UserError("clip eval needs a clip dataset (--data)", "pass one --data per game")
+    if len({p.resolve() for p in paths}) < len(paths):
+        raise UserError("a clip dataset is given twice (--data)", "pass each dataset once")
+    sets, _ = open_datasets(paths)
+    ds = sets[0]
+    if (ds.clip_frames, ds.height, ds.width) != (meta.frames, meta.height, meta.width) or abs(ds.fps - meta.fps) > 1e-6:
+        raise UserError(f"the clips in {paths[0]} are {ds.clip_frames} frames of {ds.width}x{ds.height} at "
+                        f"{ds.fps:g} fps, the model makes {meta.frames} of {meta.width}x{meta.height} at {meta.fps:g}",
+                        "evaluate on clip datasets curated at the model's size, length and rate")
+    if meta.frames < CONTEXT_FRAMES:
+        raise UserError(f"the model makes {meta.frames}-frame clips, too short to continue from {CONTEXT_FRAMES} "
+                        "frames", "evaluate a model trained on longer clips")
+    classifier = ClipClassifier.load(classifier_dir) if classifier_dir else None
+    games: dict[str, Game] = {}
+    labels, split_by = [game_label(ds) for ds in sets], []
+    for d, (path, ds) in enumerate(zip(paths, sets)):
+        game = games.setdefault(labels[d], Game(labels[d]))
+        train, held, by = _split(ds, path, classifier, cfg)
+        game.train += [(d, i) for i in train]
+        game.heldout += [(d, i) for i in held]
+        split_by.append(by)
+    for g in games.values():
+        if not g.heldout or (classifier is None and not g.train):
+            raise UserError(f"the game {g.label} has {len(g.train) + len(g.heldout)} clip(s): too few to train the "
+                            "classifier on some and evaluate on others", "curate more clips of it (at least 2)")
+    if classifier is not None and sorted(classifier.games) != sorted(games):
+        raise UserError(f"the classifier in {classifier_dir} knows the games {', '.join(classifier.games)}; the "
+                        f"datasets are of {', '.join(games)}", "pass the same games, or leave out --classifier")
+    return Inputs(Path(model_dir), paths, sets, list(games.values()), labels, split_by, classifier)
+
+
+def _split(ds: ClipDataset, path: Path, classifier: ClipClassifier | None, cfg: ClipEvalConfig):
+    """A dataset's split: drawn here, or the given classifier's (its training clips are never evaluated)."""
+    if classifier is None:
+        return split_clips(ds, cfg.seed, cfg.heldout_share)
+    seen = next((t for t in classifier.trained_on if t["path"] == str(path.resolve())), None)
+    if seen is None:
+        return [], list(range(len(ds))), "classifier"  # a dataset the classifier never saw: all held out
+    if seen["fingerprint"] != _fingerprint(ds):
+        raise UserError(f"the clip dataset {path} changed since the classifier trained on it",
+                        "leave out --classifier to train a new one")
+    trained = set(seen["clips"])
+    return sorted(trained), [i for i in range(len(ds)) if i not in trained], "classifier"
+
+
+# -- the classifier -----------------------------------------------------------------------------------
+def fit_classifier(inp: Inputs, cfg: ClipEvalConfig, report=lambda step, total, loss: None) -> ClipClassifier:
+    """Train the classifier on (at most ``max_train_clips`` per game of) the games' training clips."""
+    from ..train.world_model import seed_of
+
+    c = cfg.classifier
+    ds0 = inp.sets[0]
+    size = input_size(ds0.height, ds0.width, c.width)
+    picks = frame_picks(ds0.clip_frames, c.frames_per_clip)
+    frames, labels, views = [], [], []
+    for k, game in enumerate(inp.games):
+        rng = np.random.default_rng(seed_of(cfg.seed, 2, _key(game.label)))
+        chosen = [game.train[j] for j in sorted(rng.permutation(len(game.train))[:c.max_train_clips])]
+        for d, i in chosen:
+            frames.append(shrink(inp.sets[d].frames(i)[picks], size))  # (T, h, w, 3)
+            labels.append(k)
+            views.append(objects_in_view(inp.sets[d].meta(i).get("captions", {}).get("fields", {})))
+    trained_on = [{"path": str(p.resolve()), "game": label, "fingerprint": _fingerprint(ds),
+                   "clips": sorted(i for g in inp.games for d, i in g.train if inp.sets[d] is ds)}
+                  for p, ds, label in zip(inp.paths, inp.sets, inp.labels)]
+    data = TrainingClips(np.stack(frames), np.array(labels), views)
+    return train_classifier(data, [g.label for g in inp.games], c, trained_on, report)
+
+
+# -- measuring ----------------------------------------------------------------------------------------
+@dataclass
+class Clip:
+    """One evaluated held-out clip and what was made from it."""
+
+    game: int  # index into the classifier's games
+    dataset: int
+    index: int
+    prompt: str
+    seed: int
+    real: np.ndarray  # (F, H, W, 3) uint8
+    codec: np.ndarray  # the codec's reconstruction of ``real``
+    made: np.ndarray  # text-to-clip from ``prompt``
+    continued: np.ndarray  # ``real``'s first frames continued with ``prompt``
+    used: int  # context frames the continuation held
+
+
+def _key(label: str) -> int:
+    """A game's part of the seeds: its draws do not depend on the order the datasets are given in."""
+    return zlib.crc32(label.encode())
+
+
+def _order(game: Game, cfg: ClipEvalConfig) -> list[tuple[int, int]]:
+    """The game's held-out clips in a seeded order: the first ``clips_per_game`` are evaluated, the
+    first ``ceiling_clips`` measure the classifier."""
+    from ..train.world_model import seed_of
+
+    rng = np.random.default_rng(seed_of(cfg.seed, 1, _key(game.label)))
+    return [game.heldout[j] for j in rng.permutation(len(game.heldout))]
+
+
+def make_clips(model, inp: Inputs, games: list[str], cfg: ClipEvalConfig, advance=lambda n: None) -> list[Clip]:
+    """Generate from each evaluated clip's caption, continue it, and reconstruct it through the codec."""
+    from ..engine.clip import context_frames_used, continue_clip, generate
+    from ..train.clip import caption_of
+    from ..train.world_model import seed_of
+
+    used = context_frames_used(model, CONTEXT_FRAMES)
+    clips = []
+    for game in inp.games:
+        for n, (d, i) in enumerate(_order(game, cfg)[:cfg.clips_per_game]):
+            real = inp.sets[d].frames(i)
+            prompt = caption_of(inp.sets[d].meta(i), model.meta.training.get("captions", "structured"))
+            seed = seed_of(cfg.seed, 3, _key(game.label), n)
+            with torch.inference_mode():
+                codec = model.codec.decode_clip(model.codec.encode_clip(real))
+            made = generate(model, prompt, seed, cfg.steps, cfg.guidance)
+            advance(1)
+            continued = continue_clip(model, real[:used], prompt, seed, cfg.steps, cfg.guidance)
+            advance(1)
+            clips.append(Clip(games.index(game.label), d, i, prompt, seed, real, codec, made, continued, used))
+    return clips
+
+
+def _share(hits: list[bool]) -> dict:
+    return {"value": float(np.mean(hits)) if hits else None, "n": len(hits)}
+
+
+def _objects(preds, views, vocab) -> dict:
+    """Prompted objects detected, and objects the caption says are absent detected anyway (p >= 0.5)."""
+    named, absent = [], []
+    for p, v in zip(preds, views):
+        if v is None:
+            continue
+        for k, (name, category) in enumerate(vocab):
+            if name in v.names:
+                named.append(bool(p.objects[k] >= 0.5))
+            elif v.absent(name, category):
+                absent.append(bool(p.objects[k] >= 0.5))
+    return {"detected": _share(named), "false_positive_rate": _share(absent)}
+
+
+def _motion(frames: list[np.ndarray]) -> dict:
+    ms = [motion(f) for f in frames]
+    return {"dynamic_degree": _share([m.dynamic for m in ms]),
+            "motion_smoothness": {"value": float(np.mean([m.smoothness for m in ms])), "n": len(ms),
+                                  "p5_p95": [float(v) for v in np.percentile([m.smoothness for m in ms], [5, 95])]},
+            "mean_flow": {"value": float(np.mean([m.mean_flow for m in ms])), "n": len(ms)},
+            "per_clip": [asdict(m) for m in ms]}
+
+
+def measure(clf: ClipClassifier, inp: Inputs, clips: list[Clip], cfg: ClipEvalConfig) -> dict:
+    """Every figure of the report, from the frames."""
+    G, vocab = len(clf.games), clf.objects
+    views = [objects_in_view(inp.sets[c.dataset].meta(c.index)["captions"].get("fields", {})) for c in clips]
+    made = [clf.predict(c.made) for c in clips]
+    codec = [clf.predict(c.codec) for c in clips]
+    ceiling, ceiling_views, ceiling_games = [], [], []
+    for game in inp.games:
+        for d, i in _order(game, cfg)[:cfg.ceiling_clips]:
+            ceiling.append(clf.predict(inp.sets[d].frames(i)))
+            ceiling_views.append(objects_in_view(inp.sets[d].meta(i)["captions"].get("fields", {})))
+            ceiling_games.append(clf.games.index(game.label))
+    per_game = {}
+    for g in range(G):
+        mine = [j for j, c in enumerate(clips) if c.game == g]
+        per_game[clf.games[g]] = {
+            "text_to_clip": _share([made[j].game == g for j in mine]),
+            "real_heldout": _share([p.game == g for p, t in zip(ceiling, ceiling_games) if t == g]),
+            "codec": _share([codec[j].game == g for j in mine])}
+    counts = np.bincount([c.game for c in clips], minlength=G)
+    res = {"game_accuracy": {"text_to_clip": _share([p.game == c.game for p, c in zip(made, clips)]),
+                             "real_heldout": _share([p.game == t for p, t in zip(ceiling, ceiling_games)]),
+                             "codec": _share([p.game == c.game for p, c in zip(codec, clips)]),
+                             "chance_uniform": 1.0 / G, "chance_majority": float(counts.max() / counts.sum()),
+                             "target": TARGETS["game_accuracy"], "per_game": per_game}}
+    if vocab:
+        res["objects"] = {"text_to_clip": _objects(made, views, vocab),
+                          "real_heldout": _objects(ceiling, ceiling_views, vocab),
+                          "codec": _objects(codec, views, vocab)}
+    res["continuation"] = _continuation(clf, clips)
+    res["motion"] = {"text_to_clip": _motion([c.made for c in clips]),
+                     "continuation": _motion([c.continued for c in clips]),
+                     "real_heldout": _motion([c.real for c in clips]), "codec": _motion([c.codec for c in clips])}
+    real = res["motion"]["real_heldout"]
+    dd = real["dynamic_degree"]
+    res["motion"]["real_range"] = {"dynamic_degree": list(wilson(round(dd["value"] * dd["n"]), dd["n"])),
+                                   "motion_smoothness": real["motion_smoothness"]["p5_p95"]}
+    res["clips"] = [_clip_row(clf, inp, c, m, r, v) for c, m, r, v in zip(clips, made, codec, views)]
+    return res
+
+
+def _continuation(clf: ClipClassifier, clips: list[Clip]) -> dict:
+    """The game of the new frames against the classifier's game on the real context frames (and the
+    true game); the same split of the real clip and of its reconstruction for comparison."""
+    new = [clf.predict(c.continued[c.used:]).game for c in clips]
+    context = [clf.predict(c.real[:c.used]).game for c in clips]
+    real_rest = [clf.predict(c.real[c.used:]).game for c in clips]
+    codec = [(clf.predict(c.codec[:c.used]).game, clf.predict(c.codec[c.used:]).game) for c in clips]
+    return {"context_frames": clips[0].used if clips else 0,
+            "consistency": {"text_to_clip": _share([a == b for a, b in zip(new, context)]),
+                            "real_heldout": _share([a == b for a, b in zip(real_rest, context)]),
+                            "codec": _share([a == b for a, b in codec]), "target": TARGETS["continuation_consistency"]},
+            "true_game": {"text_to_clip": _share([a == c.game for a, c in zip(new, clips)]),
+                          "real_heldout": _share([a == c.game for a, c in zip(real_rest, clips)]),
+                          "codec": _share([b == c.game for (_, b), c in zip(codec, clips)])}}
+
+
+def _clip_row(clf, inp, c: Clip, made, codec, view) -> dict:
+    named = [n for n, _ in clf.objects if view is not None and n in view.names]
+    return {"game": clf.games[c.game], "dataset": str(inp.paths[c.dataset]), "clip": c.index, "seed": c.seed,
+            "prompt": c.prompt, "prompt_objects": named, "text_to_clip_game": clf.games[made.game],
+            "text_to_clip_p_prompted": float(made.game_probs[c.game]), "codec_game": clf.games[codec.game],
+            "text_to_clip_objects": [n for k, (n, _) in enumerate(clf.objects) if made.objects[k] >= 0.5]}
+
+
+def unavailable(clips: list[Clip], cfg: ClipEvalConfig) -> dict:
+    """The paper's measures we cannot compute offline; FVD when the I3D file is there."""
+    from .fvd import fvd, load_i3d
+
+    out = {name: UNAVAILABLE for name in ("FID (Inception)", "text-video alignment (experts, PLLaVA)",
+                                          "user preference (experts)", "subject consistency (DINO)",
+                                          "imaging quality (MUSIQ)", "VBench motion smoothness (AMT)")}
+    detector, why = load_i3d(cfg.i3d)
+    if detector is None:
+        out["FVD (I3D)"] = why  # "unavailable: I3D weights not found at ... (we never download them)"
+    elif len(clips) < 2:
+        out["FVD (I3D)"] = "unavailable: FVD needs at least 2 generated clips"
+    else:
+        real, made = np.stack([c.real for c in clips]), np.stack([c.made for c in clips])  # (n, F, H, W, 3)
+        out["FVD (I3D)"] = {"value": fvd(detector, real, made), "n": len(clips),
+                            "note": "text-to-clip against the real held-out clips they were prompted from"}
+    return out
+
+
+# -- the whole evaluation -----------------------------------------------------------------------------
+def _null_bar(what: str, total: int):
+    return contextlib.nullcontext(lambda n: None)
+
+
+def evaluate_clips(inp: Inputs, cfg: ClipEvalConfig, bar: Callable = _null_bar, device: str | None = None):
+    """(report dict, strips {name: image}, classifier) of the checked inputs."""
+    from ..models.clip_model import ClipModel
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model = ClipModel.from_pretrained(inp.model_dir, device)
+    clf = inp.classifier
+    if clf is None:
+        with bar("classifier", cfg.classifier.steps) as advance:
+            clf = fit_classifier(inp, cfg, lambda s, n, loss: advance(1))
+    total = sum(min(cfg.clips_per_game, len(g.heldout)) for g in inp.games)
+    with bar("clips (text-to-clip, continuation)", 2 * total) as advance:
+        clips = make_clips(model, inp, clf.games, cfg, advance)
+    res = measure(clf, inp, clips, cfg)
+    res["unavailable"] = unavailable(clips, cfg)
+    res.update(about(model, inp, clf, cfg))
+    return res, strips(clf, clips), clf

@@ -1,0 +1,314 @@
+"""The frame classifier of the offline clip evaluation (eval/clip.py): which game (map or scenario)
+a clip shows, and which objects are in view.
+
+GameGen-X measures text-video alignment with expert raters and PLLaVA (§4.3); neither exists
+offline. What stands in is a small CNN trained here, in a minute or two on the CPU, on real clips
+held apart for it (eval/clip.py, ``split_clips``): a game head (softmax over the evaluated games) and an objects head
+(multi-label over the object names the captions mention most). A clip is classified from all its
+frames: the game from the mean of the per-frame logits, each object from the largest per-frame
+logit (an object is "in view" of a clip when some frame shows it: multiple-instance pooling).
+
+Object names come from the Frame_Desc field data/captions.py writes ("In view: monsters: imp x2;
+items: medikit, 2 more; scenery: .... Mean brightness ..."): each category lists at most a few
+names, and "N more" says the list was cut, so an unlisted object counts as absent only when its
+category's list is whole. Saved as safetensors + JSON (never pickles)::
+
+    <dir>/classifier.safetensors   the weights
+    <dir>/classifier.json          format, version, games, objects, input size, config, trained_on
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..atomic import write_bytes_atomic, write_json_atomic
+from ..errors import UserError
+
+FORMAT, VERSION = "gamengen-clip-classifier", 1
+WEIGHTS, META = "classifier.safetensors", "classifier.json"
+FIX = "pass the classifier/ folder of an earlier `gamengen clip eval` (or leave out --classifier)"
+
+
+@dataclass
+class ClassifierConfig:
+    steps: int = 1000  # Adam steps; about a minute on one core at the defaults
+    clips_per_step: int = 8  # drawn game first (uniform), then a clip of it: balanced over games
+    frames_per_clip: int = 9  # frames kept per training clip, spread over it (17 -> every other frame)
+    width: int = 64  # frames are shrunk to this width (never enlarged), aspect kept
+    channels: int = 32
+    objects: int = 16  # object names in the vocabulary: the most frequent in the training captions
+    min_object_clips: int = 3  # ... named by at least this many training clips
+    max_train_clips: int = 200  # per game, seeded choice, to bound memory and reading time
+    learning_rate: float = 2e-3
+    seed: int = 0
+
+    def check(self) -> "ClassifierConfig":
+        if min(self.steps, self.clips_per_step, self.frames_per_clip, self.channels, self.max_train_clips) < 1:
+            raise UserError("classifier steps, clips per step, frames per clip, channels and training clips must be "
+                            ">= 1", "fix the classifier settings (--classifier-steps)")
+        if self.width < 8 or self.channels % 8 or self.objects < 0 or self.learning_rate <= 0:
+            raise UserError(f"classifier width {self.width} (>= 8), channels {self.channels} (a multiple of 8), "
+                            f"objects {self.objects} (>= 0), learning rate {self.learning_rate} (> 0)",
+                            "fix the classifier settings")
+        return self
+
+
+# -- objects in view, from the captions ---------------------------------------------------------------
+@dataclass(frozen=True)
+class InView:
+    """What a caption says is in view: names by category, and the categories whose list was cut."""
+
+    names: dict[str, str]  # object name -> category ("monsters", "items", "scenery", "effects")
+    cut: frozenset[str]  # categories with "N more": their unlisted objects may be in view too
+
+    def absent(self, name: str, category: str) -> bool:
+        """Does the caption say ``name`` is not in view?"""
+        return name not in self.names and category not in self.cut
+
+
+_IN_VIEW = re.compile(r"In view: (.+?)\. Mean brightness")
+
+
+def objects_in_view(fields: dict) -> InView | None:
+    """The objects a clip's caption fields name in view; None where the caption does not know
+    (objects not recorded, a video clip)."""
+    text = str((fields or {}).get("Frame_Desc", ""))
+    if text.startswith("No objects in view"):
+        return InView({}, frozenset())
+    m = _IN_VIEW.match(text)
+    if not m:
+        return None
+    names, cut = {}, set()
+    for part in m.group(1).split("; "):
+        category, sep, listed = part.partition(": ")
+        if not sep:
+            return None  # not the template: better unknown than wrong
+        for word in listed.split(", "):
+            if re.fullmatch(r"\d+ more", word):
+                cut.add(category)
+            elif word:
+                names[re.sub(r" x\d+$", "", word)] = category
+    return InView(names, frozenset(cut))
+
+
+def object_vocabulary(views: list[InView | None], most: int, min_clips: int) -> list[tuple[str, str]]:
+    """[(name, category)] of the ``most`` names the most clips mention (at least ``min_clips``),
+    ties by name."""
+    counts: dict[tuple[str, str], int] = {}
+    for v in views:
+        for name, category in (v.names.items() if v else ()):
+            counts[(name, category)] = counts.get((name, category), 0) + 1
+    ranked = sorted((k for k, n in counts.items() if n >= min_clips), key=lambda k: (-counts[k], k))
+    return ranked[:most]
+
+
+def object_targets(view: InView | None, vocab: list[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray]:
+    """(K,) float 1/0 targets and (K,) bool mask of the ones the caption settles."""
+    target = np.array([float(view is not None and n in view.names) for n, _ in vocab], np.float32)
+    known = np.array([view is not None and (n in view.names or view.absent(n, c)) for n, c in vocab], bool)
+    return target.reshape(len(vocab)), known.reshape(len(vocab))
+
+
+# -- the network --------------------------------------------------------------------------------------
+def input_size(height: int, width: int, cfg_width: int) -> tuple[int, int]:
+    """(h, w) the classifier sees: ``cfg_width`` wide at most, aspect kept, h a multiple of 4."""
+    w = min(cfg_width, width)
+    return max(8, round(w * height / width / 4) * 4), w
+
+
+def shrink(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """(F, H, W, 3) uint8 -> (F, h, w, 3) uint8 (area averaging)."""
+    import cv2
+
+    h, w = size
+    if frames.shape[1:3] == (h, w):
+        return np.ascontiguousarray(frames)
+    return np.stack([cv2.resize(np.ascontiguousarray(f), (w, h), interpolation=cv2.INTER_AREA) for f in frames])
+
+
+def _block(cin: int, cout: int, stride: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1), nn.GroupNorm(4, cout), nn.SiLU())
+
+
+class FrameNet(nn.Module):
+    """(N, 3, h, w) in [-1, 1] -> game logits (N, G), object logits (N, K). Four 3x3 conv blocks
+    (three halve the size) make an (h/8, w/8) feature map. The game head reads the whole map, not
+    its average: where floor, walls and ceiling are is much of what tells maps apart. An object's
+    logit adds a reading of the whole map (objects belong to places) to the best score of any one
+    place (an object counts wherever it is). On the seven curated Freedoom maps (64x48, 1000 steps,
+    280 held-out clips): game 75% right (an average-pooled game head: 30%; 1-nearest-neighbour on
+    16x12 thumbnails: 45%); objects named by the caption found 69%, absent ones 19% (the whole-map
+    reading alone: 63% / 17%; the best place alone: 76% / 59%)."""
+
+    def __init__(self, games: int, objects: int, channels: int, size: tuple[int, int]):
+        super().__init__()
+        c = channels
+        self.body = nn.Sequential(_block(3, c // 2, 1), _block(c // 2, c, 2), _block(c, 2 * c, 2),
+                                  _block(2 * c, 2 * c, 2))
+        with torch.no_grad():
+            features = self.body(torch.zeros(1, 3, *size)).numel()  # 2c x ceil(h/8) x ceil(w/8)
+        self.drop = nn.Dropout(0.3)
+        self.game = nn.Linear(features, games)
+        self.objects_map = nn.Linear(features, objects) if objects else None
+        self.objects_place = nn.Conv2d(2 * c, objects, 1) if objects else None
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        m = self.body(x)  # (N, 2c, h/8, w/8)
+        flat = self.drop(m.flatten(1))
+        game = self.game(flat)  # (N, G)
+        if self.objects_map is None:
+            return game, game[:, :0]
+        return game, self.objects_map(flat) + self.objects_place(m).amax(dim=(2, 3))  # (N, K)
+
+
+def _to_input(frames: np.ndarray) -> torch.Tensor:
+    """(..., h, w, 3) uint8 -> (N, 3, h, w) float in [-1, 1]."""
+    x = torch.from_numpy(np.ascontiguousarray(frames)).reshape(-1, *frames.shape[-3:])
+    return x.permute(0, 3, 1, 2).float() / 127.5 - 1.0
+
+
+def pool(game: torch.Tensor, objects: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-frame logits (B, T, G), (B, T, K) -> per-clip (B, G) mean, (B, K) max."""
+    return game.mean(dim=1), objects.amax(dim=1)
+
+
+@dataclass
+class Prediction:
+    game: int  # index into ClipClassifier.games
+    game_probs: np.ndarray  # (G,)
+    objects: np.ndarray  # (K,) probability each vocabulary object is in view of some frame
+
+
+@dataclass
+class ClipClassifier:
+    net: FrameNet
+    games: list[str]
+    objects: list[tuple[str, str]]  # (name, category)
+    size: tuple[int, int]  # (h, w) input
+    config: ClassifierConfig = field(default_factory=ClassifierConfig)
+    trained_on: list[dict] = field(default_factory=list)  # [{"path", "game", "fingerprint", "clips": [i, ...]}]
+    loss: float = float("nan")  # the mean loss of the last 50 steps
+
+    @torch.inference_mode()
+    def predict(self, frames: np.ndarray) -> Prediction:
+        """uint8 (F, H, W, 3), any size (shrunk to ``size``) -> the clip's prediction."""
+        self.net.eval()
+        game, obj = self.net(_to_input(shrink(np.asarray(frames), self.size)))  # (F, G), (F, K)
+        g, o = pool(game[None], obj[None])
+        probs = torch.softmax(g[0], -1).numpy()
+        return Prediction(int(probs.argmax()), probs, torch.sigmoid(o[0]).numpy())
+
+    def save(self, folder: str | Path) -> None:
+        from safetensors.torch import save as save_tensors
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().cpu().contiguous() for k, v in self.net.state_dict().items()}
+        write_bytes_atomic(folder / WEIGHTS, save_tensors(state))
+        write_json_atomic(folder / META, {"format": FORMAT, "version": VERSION, "games": self.games,
+                                          "objects": [list(o) for o in self.objects], "size": list(self.size),
+                                          "config": asdict(self.config), "trained_on": self.trained_on,
+                                          "loss": self.loss})
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "ClipClassifier":
+        import json
+
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        folder = Path(folder)
+        if (folder / "classifier" / META).is_file():  # an earlier eval's output folder
+            folder = folder / "classifier"
+        if not (folder / META).is_file():
+            raise UserError(f"{folder} holds no clip classifier ({META} missing)", FIX)
+        try:
+            d = json.loads((folder / META).read_text())
+            if d.get("format") != FORMAT or d.get("version") != VERSION:
+                raise ValueError(f"format {d.get('format')} version {d.get('version')}")
+            cfg = ClassifierConfig(**d["config"])
+            objects = [(str(n), str(c)) for n, c in d["objects"]]
+            size = tuple(int(v) for v in d["size"])
+            net = FrameNet(len(d["games"]), len(objects), cfg.channels, size)
+            net.load_state_dict(load_file(folder / WEIGHTS))
+            return cls(net.eval(), [str(g) for g in d["games"]], objects, size, cfg,
+                       list(d["trained_on"]), float(d.get("loss", float("nan"))))
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError) as e:
+            raise UserError(f"the clip classifier in {folder} is damaged ({type(e).__name__}: {str(e)[:100]})",
+                            FIX) from None
+
+
+# -- training -----------------------------------------------------------------------------------------
+@dataclass
+class TrainingClips:
+    """The classifier's training data, frames already shrunk."""
+
+    frames: np.ndarray  # (N, T, h, w, 3) uint8
+    games: np.ndarray  # (N,) int game index
+    views: list  # (N,) InView | None, from each clip's caption
+
+
+def train_classifier(data: TrainingClips, games: list[str], cfg: ClassifierConfig, trained_on: list[dict],
+                     report=lambda step, total, loss: None) -> ClipClassifier:
+    """Train a FrameNet on ``data``: cross-entropy on the clip's mean game logits, binary
+    cross-entropy on its max object logits where the caption settles the object. Seeded: the same
+    data and config give the same weights."""
+    vocab = object_vocabulary(data.views, cfg.objects, cfg.min_object_clips)
+    targets = [object_targets(v, vocab) for v in data.views]
+    obj_t = torch.from_numpy(np.stack([t for t, _ in targets]))  # (N, K)
+    obj_m = torch.from_numpy(np.stack([m for _, m in targets]))  # (N, K) bool
+    # Most objects are in view of few clips: weigh each object's positives by its negatives, so the
+    # 0.5 threshold balances misses against false alarms instead of always saying "absent".
+    pos = (obj_t * obj_m).sum(0)
+    weight = ((obj_m.sum(0) - pos) / pos.clamp(min=1)).clamp(1.0, 20.0)  # (K,)
+    with torch.random.fork_rng(devices=[]):  # the initial weights from the seed, the caller's RNG untouched
+        torch.manual_seed(cfg.seed)
+        net = FrameNet(len(games), len(vocab), cfg.channels, tuple(data.frames.shape[2:4]))
+    opt = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate)
+    g = torch.Generator().manual_seed(cfg.seed)
+    by_game = [np.nonzero(data.games == k)[0] for k in range(len(games))]
+    present = [k for k, idx in enumerate(by_game) if len(idx)]
+    labels = torch.from_numpy(data.games.astype(np.int64))
+    losses = []
+    net.train()
+    for step in range(cfg.steps):
+        pick = torch.randint(len(present), (cfg.clips_per_step,), generator=g)
+        clips = np.array([by_game[present[k]][int(torch.randint(len(by_game[present[k]]), (), generator=g))]
+                          for k in pick.tolist()])  # (B,)
+        x = _augment(_to_input(data.frames[clips]), g)  # (B * T, 3, h, w)
+        B, T = len(clips), data.frames.shape[1]
+        game, obj = net(x)
+        game, obj = pool(game.view(B, T, -1), obj.view(B, T, -1))  # (B, G), (B, K)
+        loss = nn.functional.cross_entropy(game, labels[clips])
+        mask = obj_m[clips]
+        if mask.any():
+            bce = nn.functional.binary_cross_entropy_with_logits(obj, obj_t[clips], reduction="none", pos_weight=weight)
+            loss = loss + (bce * mask).sum() / mask.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        report(step + 1, cfg.steps, losses[-1])
+    net.eval().requires_grad_(False)
+    size = tuple(data.frames.shape[2:4])
+    return ClipClassifier(net, list(games), vocab, size, cfg, trained_on, float(np.mean(losses[-50:])))
+
+
+def _augment(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    """A random shift of up to 2 px and a brightness change of up to 10% per batch: generated frames
+    are never pixel-aligned copies of real ones, and the classifier should not need them to be."""
+    dy, dx = torch.randint(-2, 3, (2,), generator=g).tolist()
+    x = torch.roll(x, (dy, dx), dims=(2, 3))
+    scale = 1.0 + 0.2 * (float(torch.rand((), generator=g)) - 0.5)
+    return ((x + 1.0) * scale - 1.0).clamp(-1.0, 1.0)
+
+
+def frame_picks(frames: int, keep: int) -> np.ndarray:
+    """``keep`` frame indices spread evenly over a clip of ``frames`` (all of them if fewer)."""
+    return np.unique(np.linspace(0, frames - 1, min(keep, frames)).round().astype(int))

@@ -1,0 +1,262 @@
+"""`gamengen clip eval` (GameGen-X §4.3 offline): a tiny clip model trained on two toy "games" (a
+curated toy:cursor recording, and the same clips with the colour channels reversed and two
+painted objects named in their captions), evaluated end to end; the flow measures and the caption
+parsing on frames and texts made here."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import cli, snapshot
+
+OBJECTS = {"imp": ("monsters", (0, 255, 0)), "medikit": ("items", (255, 255, 0))}
+EVAL = ["--clips-per-game", "3", "--steps", "4", "--classifier-steps", "200"]
+
+
+def mirror_dataset(src: Path, dst: Path, seed: int = 0) -> None:
+    """A second game from a curated toy dataset: the colour channels reversed, the captions say
+    "mirror" for "cursor", and each clip shows a green square ("imp") and a yellow one
+    ("medikit"), each with probability 1/2, in frames 4-12 only, named in its Frame_Desc."""
+    from gamengen.curate.captions import caption_record
+    from gamengen.curate.dataset import ClipDataset, ClipWriter
+
+    a = ClipDataset.open(src)
+    w = ClipWriter(dst, a.clip_frames, a.height, a.width, a.fps, {"kind": "derived", "path": str(src)})
+    rng = np.random.default_rng(seed)
+    for i in range(len(a)):
+        meta = json.loads(json.dumps(a.meta(i)).replace("cursor", "mirror"))
+        meta.pop("index")
+        frames = np.ascontiguousarray(a.frames(i)[..., ::-1])
+        seen: dict[str, list[str]] = {}
+        for name, (category, colour) in OBJECTS.items():
+            if rng.random() < 0.5:
+                y, x = rng.integers(0, a.height - 6), rng.integers(0, a.width - 6)
+                frames[4:13, y:y + 6, x:x + 6] = colour
+                seen.setdefault(category, []).append(name)
+        view = ("In view: " + "; ".join(f"{c}: {', '.join(n)}" for c, n in sorted(seen.items())) + "."
+                if seen else "No objects in view.")
+        fields = meta["captions"]["fields"]
+        fields["Frame_Desc"] = f"{view} Mean brightness 105/255 (moderately lit)."
+        meta["captions"] = caption_record(fields)
+        w.add(frames, meta)
+    w.finish()
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    """Two datasets, a 2D AE, a codec and a clip model trained on both, and one evaluation."""
+    from gamengen.train.autoencoder import AETrainConfig, train_autoencoder
+
+    root = tmp_path_factory.mktemp("clipeval")
+    cli("record", "--env", "toy:cursor", "--resolution", "32x32", "--steps", "3000", "--seed", "1",
+        "--out", root / "store", check=True)  # ~16 episodes, ~47 clips: enough to learn the painted objects
+    cli("curate", "--from", root / "store", "--out", root / "cursor", "--min-seconds", "2", "--min-motion", "0",
+        "--max-windows", "3", check=True)
+    mirror_dataset(root / "cursor", root / "mirror")
+    train_autoencoder(root / "store", root / "ae", AETrainConfig(preset="tiny", steps=60, decoder_steps=0,
+                                                                 batch_size=16, learning_rate=3e-3), warn=print)
+    cli("clip", "train-vae", "--data", root / "store", "--ae", root / "ae", "--out", root / "vae", "--preset", "tiny",
+        "--steps", "20", "--batch-size", "4", "--learning-rate", "3e-3", check=True)
+    cli("clip", "train", "--data", root / "cursor", "--data", root / "mirror", "--codec", root / "vae" / "model",
+        "--out", root / "run", "--preset", "tiny", "--steps", "60", "--checkpoint-every", "30", check=True)
+    res = cli("clip", "eval", "--model", root / "run" / "model", "--data", root / "cursor", "--data", root / "mirror",
+              "--out", root / "ev", *EVAL, check=True)
+    assert "game accuracy (text-to-clip)" in res.stdout and "unavailable offline: FID" in res.stdout, res.stdout
+    return root
+
+
+def report(folder: Path) -> dict:
+    return json.loads((folder / "report.json").read_text())
+
+
+def test_the_report_holds_every_measure_side_by_side(root):
+    from PIL import Image
+
+    ev, res = root / "ev", report(root / "ev")
+    files = sorted(p.relative_to(ev).as_posix() for p in ev.rglob("*") if p.is_file())
+    assert files == ["classifier/classifier.json", "classifier/classifier.safetensors", "report.json", "report.md",
+                     "strips/continuation.png", "strips/mirror.png", "strips/toy-cursor.png"], files
+    assert [d["game"] for d in res["datasets"]] == ["toy:cursor", "mirror"]  # env id, else the folder's name
+    for d in res["datasets"]:
+        assert d["classifier_train"] + d["heldout"] == d["clips"] and d["heldout"] >= 3 and d["split_by"] == "episode"
+    acc = res["game_accuracy"]
+    assert acc["chance_uniform"] == 0.5 and acc["chance_majority"] == 0.5 and acc["target"] == 0.8
+    assert acc["text_to_clip"]["n"] == acc["codec"]["n"] == 6
+    assert set(acc["per_game"]) == {"toy:cursor", "mirror"}
+    assert res["continuation"]["context_frames"] == 5 and res["continuation"]["consistency"]["target"] == 0.9
+    for part in ("text_to_clip", "continuation", "real_heldout", "codec"):
+        m = res["motion"][part]
+        assert len(m["per_clip"]) == 6 and 0 <= m["motion_smoothness"]["value"] <= 1
+        assert m["dynamic_degree"]["value"] == np.mean([c["dynamic"] for c in m["per_clip"]])
+    assert res["unavailable"]["FID (Inception)"] == "unavailable (needs weights we never download)"
+    assert res["unavailable"]["FVD (I3D)"].startswith("unavailable")  # no I3D file on this machine
+    assert "held out from the classifier only" in res["heldout_note"] and "trained on" in res["heldout_note"]
+    md = (ev / "report.md").read_text()
+    assert "| metric | generated | real held-out | codec reconstruction | chance / target |" in md
+    assert "![continuation](strips/continuation.png)" in md
+    assert Image.open(ev / "strips" / "mirror.png").size == (4 * 32 + 3 * 2, 4 * 32 + 2 * 2 + 10)  # real + 3 made
+    assert Image.open(ev / "strips" / "continuation.png").size == (5 * 32 + 3 * 2 + 10, 4 * 32 + 2 * 2 + 10)
+    assert not [p for p in root.rglob("*") if p.suffix in (".pkl", ".pt", ".pth", ".bin", ".ckpt", ".pickle")]
+
+
+def test_the_classifier_never_sees_an_evaluated_clip_and_separates_the_games(root):
+    """Its figures are recomputed here from the frames with the saved classifier."""
+    from gamengen.curate.dataset import ClipDataset
+    from gamengen.eval.clip_classifier import ClipClassifier, objects_in_view
+
+    res = report(root / "ev")
+    clf = ClipClassifier.load(root / "ev")  # an eval folder or its classifier/ both load
+    assert clf.games == ["toy:cursor", "mirror"] and [n for n, _ in clf.objects] == ["imp", "medikit"]
+    trained = {t["path"]: set(t["clips"]) for t in clf.trained_on}
+    for row in res["clips"]:
+        assert row["clip"] not in trained[str(Path(row["dataset"]).resolve())]
+    hits, found, false = [], [], []
+    for k, name in enumerate(("cursor", "mirror")):
+        ds = ClipDataset.open(root / name)
+        train = trained[str((root / name).resolve())]
+        held = [i for i in range(len(ds)) if i not in train]
+        episodes = lambda idx: {ds.meta(i)["source"]["name"] for i in idx}  # noqa: E731
+        assert train and held and not episodes(train) & episodes(held)  # whole episodes held out
+        for i in held:
+            p = clf.predict(ds.frames(i))
+            hits.append(p.game == k)
+            if name == "mirror":
+                named = objects_in_view(ds.meta(i)["captions"]["fields"]).names
+                found += [p.objects[j] >= 0.5 for j, (n, _) in enumerate(clf.objects) if n in named]
+                false += [p.objects[j] >= 0.5 for j, (n, _) in enumerate(clf.objects) if n not in named]
+    assert np.mean(hits) == res["game_accuracy"]["real_heldout"]["value"] >= 0.9  # trivially separable games
+    o = res["objects"]["real_heldout"]
+    assert (o["detected"]["n"], o["false_positive_rate"]["n"]) == (len(found), len(false))
+    assert o["detected"]["value"] == np.mean(found) >= 0.7
+    assert o["false_positive_rate"]["value"] == np.mean(false) <= 0.3
+    assert len(found) >= 8 and len(false) >= 5
+
+
+def test_a_second_eval_reuses_the_classifier_and_repeats_the_figures(root):
+    cli("clip", "eval", "--model", root / "run" / "model", "--data", root / "cursor", "--data", root / "mirror",
+        "--out", root / "ev2", "--classifier", root / "ev", *EVAL, check=True)
+    a, b = report(root / "ev"), report(root / "ev2")
+    assert a["classifier"]["trained_here"] and not b["classifier"]["trained_here"]
+    assert [d["heldout"] for d in a["datasets"]] == [d["heldout"] for d in b["datasets"]]
+    assert all(d["split_by"] == "classifier" for d in b["datasets"])
+    for key in ("game_accuracy", "objects", "continuation", "motion", "clips"):
+        assert a[key] == b[key], key  # the same split, classifier, clips and noise
+    for name in ("classifier.json", "classifier.safetensors"):
+        assert (root / "ev" / "classifier" / name).read_bytes() == (root / "ev2" / "classifier" / name).read_bytes()
+
+
+def test_flow_measures_on_made_up_motion():
+    """Dynamic degree: 0 for a still clip, 1 for a moving one; smoothness 1 for constant velocity,
+    near 0 for motion reversing every frame, between for random steps."""
+    import cv2
+
+    from gamengen.eval.clip_motion import motion, wilson
+
+    rng = np.random.default_rng(0)
+    texture = cv2.GaussianBlur(rng.integers(0, 256, (200, 300, 3)).astype(np.uint8), (0, 0), 3)
+    texture = cv2.normalize(texture, None, 0, 255, cv2.NORM_MINMAX)
+
+    def clip(offsets) -> np.ndarray:  # (17, 120, 160, 3): a window sliding over the texture
+        return np.stack([texture[40:160, 20 + o:180 + o] for o in offsets])
+
+    still = motion(clip([0] * 17))
+    steady = motion(clip([4 * k for k in range(17)]))
+    shaking = motion(clip([0, 4] * 8 + [0]))
+    random = motion(clip(rng.integers(0, 16, 17).tolist()))
+    assert not still.dynamic and still.moving_pairs == 0 and still.smoothness == 1.0 and still.mean_flow < 0.05
+    assert steady.dynamic and steady.moving_pairs == 16 and steady.smoothness > 0.95
+    assert 2.5 < steady.mean_flow < 3.5  # 4 px at 160 wide = 3.2 px at 128
+    assert shaking.dynamic and shaking.smoothness < 0.1
+    assert random.dynamic and shaking.smoothness < random.smoothness < steady.smoothness - 0.3
+    lo, hi = wilson(8, 10)
+    assert 0.4 < lo < 0.8 < hi < 1.0 and wilson(10, 10)[1] == 1.0 and wilson(0, 10)[0] == 0.0
+
+
+def test_objects_in_view_read_from_the_caption_template():
+    from gamengen.eval.clip_classifier import object_targets, object_vocabulary, objects_in_view
+
+    doom = {"Frame_Desc": "In view: monsters: imp x2, zombieman; items: health bonus x3, stimpack, medikit, 1 more; "
+                          "scenery: dead marine. Mean brightness 36/255 (dark)."}
+    v = objects_in_view(doom)
+    assert v.names == {"imp": "monsters", "zombieman": "monsters", "health bonus": "items", "stimpack": "items",
+                       "medikit": "items", "dead marine": "scenery"} and v.cut == {"items"}
+    assert v.absent("demon", "monsters") and not v.absent("backpack", "items") and not v.absent("imp", "monsters")
+    none = objects_in_view({"Frame_Desc": "No objects in view. Mean brightness 36/255 (dark)."})
+    assert none.names == {} and none.absent("imp", "monsters")
+    assert objects_in_view({"Frame_Desc": "Mean brightness 105/255 (moderately lit). Objects in view were not "
+                                          "recorded."}) is None
+    assert objects_in_view({"Frame_Desc": "Mean brightness 90/255 (dim). What is in view is unknown."}) is None
+    vocab = object_vocabulary([v, none, objects_in_view(doom), None], most=3, min_clips=2)
+    assert vocab == [("dead marine", "scenery"), ("health bonus", "items"), ("imp", "monsters")]
+    target, known = object_targets(v, vocab + [("backpack", "items"), ("demon", "monsters")])
+    assert target.tolist() == [1, 1, 1, 0, 0] and known.tolist() == [True, True, True, False, True]
+
+
+def test_the_split_is_seeded_and_holds_out_whole_episodes(root):
+    from gamengen.curate.dataset import ClipDataset
+    from gamengen.eval.clip import split_clips
+
+    ds = ClipDataset.open(root / "cursor")
+    train, held, by = split_clips(ds, 0, 0.25)
+    assert split_clips(ds, 0, 0.25) == (train, held, by) and by == "episode"
+    assert sorted(train + held) == list(range(len(ds)))
+    episodes = {ds.meta(i)["source"]["name"] for i in range(len(ds))}
+    held_episodes = {ds.meta(i)["source"]["name"] for i in held}
+    assert len(held_episodes) == round(0.25 * len(episodes))
+    assert not held_episodes & {ds.meta(i)["source"]["name"] for i in train}
+    assert any(split_clips(ds, s, 0.25)[1] != held for s in range(1, 6))
+
+
+def refused(args: list, capsys, monkeypatch, word: str) -> None:
+    """The real entry point in this process: exit 2, one line naming ``word``."""
+    from gamengen.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["gamengen", *map(str, args)])
+    with pytest.raises(SystemExit) as e:
+        main()
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert e.value.code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (e.value.code, lines)
+    assert word in lines[0], lines[0]
+
+
+def test_bad_input_is_one_line_exit_2_and_nothing_written(root, tmp_path, capsys, monkeypatch):
+    from gamengen.curate.dataset import ClipWriter
+
+    cli("curate", "--from", root / "store", "--out", tmp_path / "short", "--min-seconds", "2", "--min-motion", "0",
+        "--max-windows", "1", "--clip-frames", "13", check=True)
+    empty = ClipWriter(tmp_path / "empty", 17, 32, 32, 30.0, {"kind": "derived"})
+    empty.finish()
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    (tmp_path / "badjson").mkdir()
+    (tmp_path / "badjson" / "gamengen_clip.json").write_text("{not json")
+    model, cursor, mirror = root / "run" / "model", root / "cursor", root / "mirror"
+    before = snapshot(root), snapshot(tmp_path)
+    ok = ["--model", model, "--data", cursor, "--data", mirror, "--out", tmp_path / "out"]
+
+    def ev(*args):
+        return ["clip", "eval", *args]
+
+    cases = [
+        (ev("--model", tmp_path / "nothing", *ok[2:]), "no clip model"),
+        (ev("--model", root / "vae" / "model", *ok[2:]), "video VAE"),
+        (ev("--model", tmp_path / "badjson", *ok[2:]), "JSON"),
+        (ev("--model", model, "--data", tmp_path / "short", "--out", tmp_path / "out"), "13 frames"),
+        (ev("--model", model, "--data", tmp_path / "empty", "--out", tmp_path / "out"), "no clips"),
+        (ev("--model", model, "--data", root / "store", "--out", tmp_path / "out"), "not a clip dataset"),
+        (ev("--model", model, "--data", cursor, "--data", cursor, "--out", tmp_path / "out"), "twice"),
+        (ev(*ok, "--clips-per-game", "0"), "--clips-per-game"),
+        (ev(*ok[:-1], tmp_path / "full"), "not empty"),
+        (ev(*ok[:-1], tmp_path / "full" / "x" / "out"), "not a folder"),
+        (ev(*ok, "--classifier", root / "vae"), "no clip classifier"),
+        (ev(*ok, "--classifier-steps", "0"), "classifier"),
+        (ev(*ok, "--steps", "0"), "steps"),
+    ]
+    for args, word in cases:
+        refused(args, capsys, monkeypatch, word)
+    assert (snapshot(root), snapshot(tmp_path)) == before and not (tmp_path / "out").exists()
