@@ -325,3 +325,21 @@ def test_short_captions_are_the_summary_field(trained):
     assert short[0] == fields["Summary"] and fields["Summary"] in full[0] and len(full[0]) > 2 * len(short[0])
     with pytest.raises(UserError, match="caption kind"):
         ClipTrainConfig.from_preset("tiny", captions="long")
+
+
+def test_clip_export_halves_the_msdit_and_loads_as_float32(trained, model, tmp_path):
+    from gamengen.engine.clip import generate
+    from gamengen.models.clip_model import ClipModel
+
+    res = cli("clip", "export", "--model", trained / "run" / "model", "--out", tmp_path / "bundle",
+              "--note", "Trained in a test.", check=True)
+    assert "MB" in res.stdout
+    size = lambda p: (p / "msdit" / "diffusion_pytorch_model.safetensors").stat().st_size  # noqa: E731
+    assert size(tmp_path / "bundle") < 0.6 * size(trained / "run" / "model")
+    again = ClipModel.from_pretrained(tmp_path / "bundle")
+    assert next(again.net.parameters()).dtype == torch.float32
+    assert "Trained in a test." in (tmp_path / "bundle" / "README.md").read_text()
+    a, b = generate(model, PROMPT, 0, 4), generate(again, PROMPT, 0, 4)
+    assert np.abs(a.astype(int) - b.astype(int)).mean() < 2.0  # float16 weights: a rounding apart
+    res = cli("clip", "export", "--model", trained / "run" / "model", "--out", tmp_path / "bundle")
+    assert res.returncode == 2 and "exists" in res.stderr

@@ -110,6 +110,26 @@ def train(
     typer.echo(f"{out}: step {model.meta.train_steps}, loss {last[0]:.4f}; model in {out / 'model'}")
 
 
+@clip_app.command("export")
+def export(
+    model: Path = typer.Option(..., "--model", help="Clip model folder (`gamengen clip train`'s OUT/model)."),
+    out: Path = typer.Option(..., "--out", help="New folder for the exported model."),
+    half: bool = typer.Option(True, "--half/--full", help="Store the MSDiT's weights in float16 (half the bytes; "
+                                                          "they load as float32)."),
+    note: str = typer.Option("", help="A paragraph to add to the model card (how it was trained, what it shows)."),
+):
+    """Copy a clip model into a shareable folder (e.g. to bundle it), the MSDiT in float16 by default."""
+    from ..models.clip_model import ClipModel
+
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"--out {out} exists", "pick a new folder")
+    m = ClipModel.from_pretrained(model)
+    card = m.default_card() + ("\nThe MSDiT's weights are stored in float16 and load as float32.\n" if half else "")
+    m.save_pretrained(out, card + (f"\n{note.strip()}\n" if note.strip() else ""), half=half)
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    typer.echo(f"{out}: {size / 1e6:.1f} MB")
+
+
 @clip_app.command("generate")
 def generate(
     model: Path = typer.Option(..., "--model", help="Clip model folder (`gamengen clip train`'s OUT/model)."),

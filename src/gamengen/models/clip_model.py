@@ -111,13 +111,19 @@ class ClipModel:
                 f"(the MSDiT), `{CODEC_DIR}/` (the video VAE and its 2D autoencoder), `{TEXT_DIR}/` (the "
                 f"frozen T5 text encoder), `{META_FILE}` (what it makes, what it was trained on, the sampler).\n")
 
-    def save_pretrained(self, folder: str | Path, card: str | None = None) -> None:
+    def save_pretrained(self, folder: str | Path, card: str | None = None, half: bool = False) -> None:
         """The whole folder into a temporary sibling, then renamed into place: a crash leaves the old
-        folder or the new one, never a mix."""
+        folder or the new one, never a mix. ``half`` stores the MSDiT's weights in float16 (half the
+        bytes, for a bundled model); from_pretrained always loads them as float32."""
         self.sampler.check()
 
         def write(tmp: Path) -> None:
-            self.net.save_pretrained(tmp / MSDIT_DIR, safe_serialization=True)
+            if half:
+                copy = MSDiT.from_config(self.net.config)
+                copy.load_state_dict(self.net.state_dict())
+                copy.to(torch.float16).save_pretrained(tmp / MSDIT_DIR, safe_serialization=True)
+            else:
+                self.net.save_pretrained(tmp / MSDIT_DIR, safe_serialization=True)
             self.codec.save(tmp / CODEC_DIR)
             self.text.save(tmp / TEXT_DIR)
             write_json_atomic(tmp / META_FILE, {"format": FORMAT, "version": VERSION, "meta": asdict(self.meta),
@@ -166,7 +172,7 @@ class ClipModel:
             kind = json.loads((folder / MSDIT_DIR / "config.json").read_text()).get("_class_name")
             if kind != MSDiT.__name__:
                 raise ValueError(f"{MSDIT_DIR}/config.json describes {kind}, not {MSDiT.__name__}")
-            net = MSDiT.from_pretrained(folder / MSDIT_DIR, use_safetensors=True)
+            net = MSDiT.from_pretrained(folder / MSDIT_DIR, use_safetensors=True, torch_dtype=torch.float32)
         except (OSError, ValueError, RuntimeError, KeyError, TypeError, AttributeError, SafetensorError) as e:
             raise UserError(f"the MSDiT in {folder} is damaged ({type(e).__name__}: {str(e)[:100]})",
                             "re-export the model with `gamengen clip train`") from None
