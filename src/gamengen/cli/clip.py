@@ -191,7 +191,7 @@ def eval_(
     steps: Optional[int] = typer.Option(None, help="Euler steps (default: the model's)."),
     guidance: Optional[float] = typer.Option(None, help="CFG weight on the text (default: the model's; 1: none)."),
     classifier_steps: Optional[int] = typer.Option(None, help="Steps of the frame classifier trained here "
-                                                              "(default 1000)."),
+                                                              "(default 2000)."),
     classifier: Optional[Path] = typer.Option(None, "--classifier", help="Reuse the classifier of an earlier "
                                                                          "`clip eval` (its --out folder)."),
     i3d: Optional[Path] = typer.Option(None, help="TorchScript I3D for FVD (default ~/.cache/gamengen/"
