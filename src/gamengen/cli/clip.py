@@ -62,8 +62,7 @@ def train_text(
     from ..train.clip import open_datasets
     from ..train.text_encoder import pretrain
 
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"--out {out} exists", "pick a new folder for the text encoder")
+    _check_new_folder(out)
     _, captions = open_datasets(list(data))
     with progress_bar(f"text encoder ({preset} preset) on {len(captions)} captions", steps) as advance:
         to_bar = step_reporter(advance)  # pretrain reports after step s as s; the bar counts steps done
@@ -121,8 +120,7 @@ def export(
     """Copy a clip model into a shareable folder (e.g. to bundle it), the MSDiT in float16 by default."""
     from ..models.clip_model import ClipModel
 
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"--out {out} exists", "pick a new folder")
+    _check_new_folder(out)
     m = ClipModel.from_pretrained(model)
     card = m.default_card() + ("\nThe MSDiT's weights are stored in float16 and load as float32.\n" if half else "")
     m.save_pretrained(out, card + (f"\n{note.strip()}\n" if note.strip() else ""), half=half)
@@ -254,6 +252,12 @@ def read_context(model, store_path: Path, episode: str, frame: int | None, count
     else:
         lo, hi = max(0, frame - most), frame
     return np.asarray(store.open_episode(rec)["frames"][lo:hi])
+
+
+def _check_new_folder(out: Path) -> None:
+    """Refuse an --out folder that exists with something in it (or is a file), before any work."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"--out {out} exists", "pick a new folder for --out")
 
 
 def _check_out(out: Path) -> None:

@@ -114,6 +114,19 @@ class ClipDataset:
     def __len__(self) -> int:
         return len(self._clips)
 
+    @property
+    def env_id(self) -> str | None:
+        """The game of the clips: the source store's env id while that store can be read, else None."""
+        from ..data.store import Store
+
+        src = self.info.get("source") or {}
+        if src.get("kind") != "store":
+            return None
+        try:
+            return Store.open(src["path"]).spec.env_id
+        except (UserError, OSError, KeyError, ValueError, TypeError):
+            return None
+
     def meta(self, i: int) -> dict:
         return self._clips[i]
 

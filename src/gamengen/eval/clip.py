@@ -91,15 +91,7 @@ class Inputs:
 # -- inputs: every refusal before any work ------------------------------------------------------------
 def game_label(ds: ClipDataset) -> str:
     """A dataset's game: its source store's env id when the store can still be read, else the folder's name."""
-    from ..data.store import Store
-
-    src = ds.info.get("source") or {}
-    if src.get("kind") == "store":
-        try:
-            return Store.open(src["path"]).spec.env_id
-        except (UserError, OSError, KeyError, ValueError, TypeError):
-            pass
-    return Path(ds.folder).resolve().name
+    return ds.env_id or Path(ds.folder).resolve().name
 
 
 def split_clips(ds: ClipDataset, seed: int, share: float) -> tuple[list[int], list[int], str]:

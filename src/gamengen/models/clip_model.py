@@ -14,6 +14,7 @@ read back (no pickles)::
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -118,12 +119,8 @@ class ClipModel:
         self.sampler.check()
 
         def write(tmp: Path) -> None:
-            if half:
-                copy = MSDiT.from_config(self.net.config)
-                copy.load_state_dict(self.net.state_dict())
-                copy.to(torch.float16).save_pretrained(tmp / MSDIT_DIR, safe_serialization=True)
-            else:
-                self.net.save_pretrained(tmp / MSDIT_DIR, safe_serialization=True)
+            net = copy.deepcopy(self.net).to(torch.float16) if half else self.net
+            net.save_pretrained(tmp / MSDIT_DIR, safe_serialization=True)
             self.codec.save(tmp / CODEC_DIR)
             self.text.save(tmp / TEXT_DIR)
             write_json_atomic(tmp / META_FILE, {"format": FORMAT, "version": VERSION, "meta": asdict(self.meta),

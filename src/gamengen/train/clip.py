@@ -188,17 +188,7 @@ def _own_text_encoder(cfg: ClipTrainConfig, run_text: Path, captions: list[str],
 
 def _env_ids(sets: list[ClipDataset], codec: ClipCodec) -> list[str]:
     """The games of the clips: each source store's env id that can still be read, else the codec's."""
-    from ..data.store import Store
-
-    games = []
-    for ds in sets:
-        src = ds.info.get("source") or {}
-        if src.get("kind") == "store":
-            try:
-                games.append(Store.open(src["path"]).spec.env_id)
-            except (UserError, OSError, KeyError, ValueError):
-                pass
-    games = list(dict.fromkeys(games))
+    games = [e for e in dict.fromkeys(ds.env_id for ds in sets) if e]  # each store opened once
     return games or ([codec.meta["env_id"]] if codec.meta.get("env_id") else [])
 
 
