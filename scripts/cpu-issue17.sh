@@ -17,6 +17,9 @@
 # contexts end in the model's own prediction), residual (diffuse the change from the last frame).
 # One change each against base; combo joins the two winners at equal time (unroll + lognormal).
 #
+# The long runs (ae, wm) first restore their checkpoint parked in carry/ when this machine has none,
+# so a fresh machine resumes them; `scripts/carry.sh park runs/NAME` parks one before a session ends.
+#
 # docs/results.md ("Autoencoder levers at equal CPU time") says why these settings. Runs the
 # gamengen of .venv (make venv) unless GG says otherwise.
 set -euo pipefail
@@ -31,6 +34,7 @@ case "${1:?usage: scripts/cpu-issue17.sh data|ae|eval-ae|wm LEVER|eval-wm LEVER}
     $GG record --env vizdoom:freedoom1/E1M1 --policy random --steps 30000 --workers 2 --frame-skip 2 --seed 7 --out data/eval-k2
     ;;
   ae)
+    scripts/carry.sh restore runs/ae-long
     $GG train-ae --data data/train-k2 --out runs/ae-long --preset cpu-16ch --crop 0 \
       --steps 8000 --decoder-steps 2000 --checkpoint-every 100
     ;;
@@ -51,6 +55,7 @@ case "${1:?usage: scripts/cpu-issue17.sh data|ae|eval-ae|wm LEVER|eval-wm LEVER}
       *) echo "unknown lever $lever" >&2; exit 2 ;;
     esac
     if [ "$1" = wm ]; then
+      scripts/carry.sh restore "runs/wm$tag-$lever"
       $GG train --data data/train-k2 --ae "$AE" --out "runs/wm$tag-$lever" $flags --steps 1000000 \
         --max-minutes "${MINUTES:-60}" --checkpoint-every 200 --sample-every 2000
     else

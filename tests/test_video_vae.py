@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import cli
 from gamengen.data.store import Store
 from gamengen.errors import UserError
 from gamengen.models.video_vae import ClipCodec, build_temporal_vae
@@ -189,3 +190,21 @@ def test_clips_longer_than_every_episode_are_refused_before_any_write(toy, tmp_p
     with pytest.raises(UserError, match="no training episode has 4001 frames"):
         train_video_vae(toy / "store", toy / "ae", tmp_path / "run", cfg(1, frames=4001))
     assert not (tmp_path / "run").exists()
+
+
+def test_several_stores_train_as_one_pool(toy, tmp_path):
+    """Two stores (two recordings here; games in use) train one codec: the run records both, the
+    held-out PSNR pools both stores' clips, and a store of another frame size is refused by name."""
+    other = tmp_path / "other"
+    cli("record", "--env", "toy:cursor", "--resolution", "32x32", "--steps", "1500", "--seed", "5",
+        "--out", other, check=True)
+    codec = train_video_vae([toy / "store", other], toy / "ae", tmp_path / "run", cfg(2))
+    settings = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert settings["data"] == [str((toy / "store").resolve()), str(other.resolve())]
+    one = len(heldout_clips(Store.open(toy / "store"), 17, 0.1)) + len(heldout_clips(Store.open(other), 17, 0.1))
+    assert codec.meta["heldout_frames"] == 17 * one and codec.meta["env_id"] == "toy:cursor"
+    small = tmp_path / "small"
+    cli("record", "--env", "toy:cursor", "--resolution", "16x16", "--steps", "50", "--out", small, check=True)
+    with pytest.raises(UserError, match=f"the store {small} holds 16x16"):
+        train_video_vae([toy / "store", small], toy / "ae", tmp_path / "refused", cfg(2))
+    assert not (tmp_path / "refused").exists()

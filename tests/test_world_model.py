@@ -414,3 +414,24 @@ def test_training_with_unrolls_lognormal_timesteps_and_residual_runs_both_data_p
         assert meta["denoiser"]["residual"] is True
     bad = cli("train", "--data", toy / "store", "--ae", toy / "ae", "--out", tmp_path / "bad", "--unroll", "2")
     assert bad.returncode == 2 and "--unroll" in bad.stderr and not (tmp_path / "bad").exists()
+
+
+def test_train_ae_learns_several_games_and_refuses_mixed_sizes(doom_store, toy, tmp_path):
+    """`train-ae --data A --data B`: one AE over a real Freedoom store and a toy store of the same
+    frame size, its meta naming both games (and no single key set, since theirs differ); stores of
+    different frame sizes are refused in one line before anything is written."""
+    toy160 = tmp_path / "toy160"
+    w, h = Store.open(doom_store).spec.width, Store.open(doom_store).spec.height
+    cli("record", "--env", "toy:cursor", "--resolution", f"{w}x{h}", "--steps", "200", "--seed", "3",
+        "--out", toy160, check=True)
+    out = tmp_path / "ae"
+    cli("train-ae", "--data", doom_store, "--data", toy160, "--out", out, "--preset", "tiny", "--steps", "6",
+        "--decoder-steps", "2", "--batch-size", "4", check=True)
+    meta = json.loads((out / "gamengen_ae.json").read_text())
+    assert meta["env_ids"] == ["vizdoom:freedoom1/E1M1", "toy:cursor"] and "env_id" not in meta
+    assert "actions" not in meta
+    assert str(doom_store) in (out / "README.md").read_text() and str(toy160) in (out / "README.md").read_text()
+    res = cli("train-ae", "--data", doom_store, "--data", toy / "store", "--out", tmp_path / "mixed",
+              "--preset", "tiny", "--steps", "2")
+    assert res.returncode == 2 and "different sizes" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "mixed").exists()

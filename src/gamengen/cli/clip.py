@@ -23,8 +23,9 @@ PRESETS = "tiny (tests), cpu or paper (the MSDiT's size; the text encoder pretra
 
 @clip_app.command("train-vae")
 def train_vae(
-    data: Path = typer.Option(..., "--data", help="Trajectory store to learn clips from (its training episodes)."),
-    ae: Path = typer.Option(..., "--ae", help="2D autoencoder folder from `gamengen train-ae` on this store."),
+    data: List[Path] = typer.Option(..., "--data", help="Trajectory store to learn clips from (its training episodes); "
+                                                        "repeat it for several games."),
+    ae: Path = typer.Option(..., "--ae", help="2D autoencoder folder from `gamengen train-ae` on these stores."),
     out: Path = typer.Option(..., "--out", help="Run folder (created, or resumed); the codec goes to OUT/model."),
     preset: str = typer.Option("cpu", help="tiny or cpu (the temporal VAE's size)."),
     steps: int = typer.Option(2000),
@@ -42,7 +43,7 @@ def train_vae(
                               learning_rate=learning_rate, seed=seed, checkpoint_every=checkpoint_every,
                               max_minutes=max_minutes)
     with progress_bar(f"video VAE ({preset} preset)", steps) as advance:
-        codec = train_video_vae(data, ae, out, cfg, step_reporter(advance), warn=_warn)
+        codec = train_video_vae(list(data), ae, out, cfg, step_reporter(advance), warn=_warn)
     typer.echo(f"{out / 'model'}: {frames}-frame clips -> latents {codec.latent_shape(frames)}; held-out clip PSNR "
                f"{codec.meta.get('heldout_clip_psnr', 'n/a')} dB (2D AE alone {codec.meta.get('heldout_ae_psnr', 'n/a')})")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -13,7 +13,8 @@ from .common import app, progress_bar, step_reporter
 
 @app.command("train-ae")
 def train_ae(
-    data: Path = typer.Option(..., "--data", help="Trajectory store to learn frames from."),
+    data: List[Path] = typer.Option(..., "--data", help="Trajectory store to learn frames from; repeat it to learn "
+                                                        "several games' frames at once (each game weighs the same)."),
     out: Path = typer.Option(..., "--out", help="Folder for the autoencoder (diffusers format)."),
     preset: str = typer.Option("cpu", help="tiny, cpu, cpu-16ch, cpu-4x, cpu-wide, cpu-asym or paper (sizes the AE and the padding)."),
     steps: int = typer.Option(3000, help="Autoencoder steps (encoder + decoder)."),
@@ -43,7 +44,7 @@ def train_ae(
             to_step(done, total, loss)
             bars[stage] = loss
 
-        codec = train_autoencoder(data, out, cfg, report, warn=lambda m: typer.echo(f"warning: {m}", err=True))
+        codec = train_autoencoder(list(data), out, cfg, report, warn=lambda m: typer.echo(f"warning: {m}", err=True))
     typer.echo(f"{out}: latents {codec.latent_shape()} per frame; final MSE "
                + ", ".join(f"{k} {v:.5f}" for k, v in bars.items()))
 

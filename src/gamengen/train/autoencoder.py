@@ -57,38 +57,61 @@ class AETrainConfig:
 
 
 class FrameSampler:
-    """Random training frames, a whole chunk-aligned run at a time (reads stay chunk-sized)."""
+    """Random training frames, a whole chunk-aligned run at a time (reads stay chunk-sized). With
+    several stores (several games), each batch draws its store first, uniformly, so every game weighs
+    the same whatever its frame count; one store draws exactly as before."""
 
-    def __init__(self, store: Store, records, seed: int):
-        self.store, self.records = store, records
+    def __init__(self, stores: list[Store], records: list[list], seed: int):
+        self.stores, self.records = stores, records
         self.rng = np.random.default_rng(seed)
         self.groups = {}
 
     def batch(self, n: int) -> np.ndarray:
         out = []
         while len(out) < n:
-            r = self.records[int(self.rng.integers(len(self.records)))]
-            g = self.groups.setdefault(r.path, self.store.open_episode(r))
+            k = int(self.rng.integers(len(self.stores))) if len(self.stores) > 1 else 0
+            recs = self.records[k]
+            r = recs[int(self.rng.integers(len(recs)))]
+            g = self.groups.setdefault((k, r.path), self.stores[k].open_episode(r))
             t = int(self.rng.integers(r.length))
             out.extend(g["frames"][t : min(r.length, t + 8)])
         return np.stack(out[:n])
 
 
-def train_autoencoder(data: str | Path, out: str | Path, cfg: AETrainConfig,
+def open_stores(paths: list[Path], heldout: float) -> tuple[list[Store], list[list]]:
+    """The stores at ``paths`` and each one's training episodes; stores whose frames differ in size,
+    or one without training episodes, are refused in one line."""
+    stores = [Store.open(p) for p in paths]
+    sizes = {(s.spec.width, s.spec.height) for s in stores}
+    if len(sizes) > 1:
+        raise UserError("the --data stores hold frames of different sizes (" +
+                        ", ".join(f"{p}: {s.spec.width}x{s.spec.height}" for p, s in zip(paths, stores)) + ")",
+                        "train one autoencoder per frame size")
+    records = [split(s.episodes(), heldout)[0] for s in stores]
+    for p, recs in zip(paths, records):
+        if not recs:
+            raise UserError(f"store {p} has no training episodes", "record some with `gamengen record`")
+    return stores, records
+
+
+def train_autoencoder(data: str | Path | list, out: str | Path, cfg: AETrainConfig,
                       report: Callable[[str, int, int, float], None] = lambda stage, done, total, loss: None,
                       warn: Callable[[str], None] = print) -> FrameCodec:
-    store = Store.open(data)
-    train_recs, _ = split(store.episodes(), cfg.heldout)
-    if not train_recs:
-        raise UserError(f"store {data} has no training episodes", "record some with `gamengen record`")
+    paths = [Path(p) for p in (data if isinstance(data, (list, tuple)) else [data])]
+    stores, train_recs = open_stores(paths, cfg.heldout)
+    spec = stores[0].spec
+    games = list(dict.fromkeys(s.spec.env_id for s in stores))
+    action_sets = {tuple(s.spec.action_set.names) for s in stores}
     torch.manual_seed(cfg.seed)
     ae_cfg = dataclasses.replace(AE_PRESETS[cfg.preset], pretrained=cfg.pretrained)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    codec = FrameCodec(build_autoencoder(ae_cfg).to(device), store.spec.height, store.spec.width,
-                       pad_multiple=ae_cfg.pad_multiple,
-                       meta={"preset": cfg.preset, "env_id": store.spec.env_id,
-                             "actions": list(store.spec.action_set.names)})
-    frames = FrameSampler(store, train_recs, cfg.seed)
+    # One game: its env id and keys (`train` checks them). Several: their env ids, and keys only
+    # where every store has the same.
+    meta = {"preset": cfg.preset, **({"env_id": games[0]} if len(games) == 1 else {"env_ids": games}),
+            **({"actions": list(spec.action_set.names)} if len(action_sets) == 1 else {})}
+    codec = FrameCodec(build_autoencoder(ae_cfg).to(device), spec.height, spec.width,
+                       pad_multiple=ae_cfg.pad_multiple, meta=meta)
+    frames = FrameSampler(stores, train_recs, cfg.seed)
     H, W = codec.height, codec.width
     rng = np.random.default_rng(cfg.seed)  # the crops'
 
@@ -152,7 +175,7 @@ def train_autoencoder(data: str | Path, out: str | Path, cfg: AETrainConfig,
     decoder_params = list(ae.decoder.parameters()) + list(ae.post_quant_conv.parameters())
     run("decoder fine-tune", first, cfg.decoder_steps, decoder_params, decoder_only, budget)
     ae.eval()
-    _scale_and_save(codec, frames, cfg, data, Path(out), ran)
+    _scale_and_save(codec, frames, cfg, paths, Path(out), ran)
     return codec
 
 
@@ -165,7 +188,7 @@ def random_crops(x: torch.Tensor, size: int, H: int, W: int, grid: int, rng: np.
     return torch.stack([x[i, :, y:y + size, x0:x0 + size] for i, (y, x0) in enumerate(zip(ys, xs))])
 
 
-def _scale_and_save(codec: FrameCodec, frames: FrameSampler, cfg: AETrainConfig, data, out: Path, ran: dict) -> None:
+def _scale_and_save(codec: FrameCodec, frames: FrameSampler, cfg: AETrainConfig, paths: list[Path], out: Path, ran: dict) -> None:
     """Unit-variance latents, as SD's 0.18215 scale gives its VAE, so the diffusion schedule fits
     them; then the folder and its card."""
     with torch.no_grad():
@@ -173,7 +196,7 @@ def _scale_and_save(codec: FrameCodec, frames: FrameSampler, cfg: AETrainConfig,
     codec.scale = float(1.0 / z.std().clamp_min(1e-6))
     H, W = codec.height, codec.width
     codec.save(out, card=(f"# gamengen autoencoder ({cfg.preset} preset)\n\nTrained by `gamengen train-ae` "
-                          f"on `{data}`: {ran['autoencoder']} autoencoder steps, then "
+                          f"on {', '.join(f'`{p}`' for p in paths)}: {ran['autoencoder']} autoencoder steps, then "
                           f"{ran['decoder fine-tune']} decoder-only steps (encoder frozen, pixel MSE; paper §3.2.2), "
                           f"batch {cfg.batch_size}" + (f" of {cfg.crop}x{cfg.crop} crops" if cfg.crop else "") +
                           f". Frames {W}x{H} padded to {codec.padded[1]}x{codec.padded[0]}; "

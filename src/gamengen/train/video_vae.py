@@ -91,22 +91,28 @@ def long_enough(records: list[EpisodeRecord], frames: int) -> list[EpisodeRecord
     return out
 
 
-def train_video_vae(data: str | Path, ae: str | Path, out: str | Path, cfg: VideoVAETrainConfig,
+def train_video_vae(data: str | Path | list, ae: str | Path, out: str | Path, cfg: VideoVAETrainConfig,
                     report: Callable[[int, int, float], None] = lambda done, total, loss: None,
                     warn: Callable[[str], None] = print) -> ClipCodec:
-    """Train (or resume) the temporal VAE over the 2D AE in ``ae`` on the store ``data``; the run
-    folder is ``out``, the codec ``out/model``. ``report(step, steps, loss)`` after every step."""
-    data, ae, out = Path(data), Path(ae), Path(out)
-    store = Store.open(data)
+    """Train (or resume) the temporal VAE over the 2D AE in ``ae`` on the store ``data`` (or several
+    stores, one per game: their clips drawn as one pool); the run folder is ``out``, the codec
+    ``out/model``. ``report(step, steps, loss)`` after every step."""
+    paths = [Path(p) for p in (data if isinstance(data, (list, tuple)) else [data])]
+    ae, out = Path(ae), Path(out)
+    stores = [Store.open(p) for p in paths]
     frame = FrameCodec.load(ae)
-    if (store.spec.height, store.spec.width) != (frame.height, frame.width):
-        raise UserError(f"the autoencoder in {ae} is for {frame.width}x{frame.height} frames, the store {data} "
-                        f"holds {store.spec.width}x{store.spec.height}", "pass the autoencoder trained on this store")
-    train_recs = long_enough(split(store.episodes(), cfg.heldout)[0], cfg.frames)  # refused before any write
-    run = RunFolder(out, {**dataclasses.asdict(cfg), "data": str(data.resolve()), "ae": str(ae.resolve())},
-                    keep=cfg.keep_checkpoints).open()
+    for p, store in zip(paths, stores):
+        if (store.spec.height, store.spec.width) != (frame.height, frame.width):
+            raise UserError(f"the autoencoder in {ae} is for {frame.width}x{frame.height} frames, the store {p} "
+                            f"holds {store.spec.width}x{store.spec.height}", "pass the autoencoder trained on this store")
+    recs = [long_enough(split(s.episodes(), cfg.heldout)[0], cfg.frames) for s in stores]  # refused before any write
+    train_recs = [r for rs in recs for r in rs]
+    where = [str(p.resolve()) for p in paths]
+    run = RunFolder(out, {**dataclasses.asdict(cfg), "data": where[0] if len(where) == 1 else where,
+                          "ae": str(ae.resolve())}, keep=cfg.keep_checkpoints).open()
     cache = LatentCache(frame, ae / "latents")  # shared with `gamengen train`: same encoder, same files
-    cache.build(store, train_recs)
+    for store, rs in zip(stores, recs):
+        cache.build(store, rs)  # keyed by each episode's sha256, so stores share one cache
     clips = ClipSampler(cache, train_recs, cfg.frames, cfg.seed)
     channels = frame.latent_shape()[0]
     with torch.random.fork_rng(devices=[]):  # initial weights from the seed, the caller's RNG untouched
@@ -138,11 +144,13 @@ def train_video_vae(data: str | Path, ae: str | Path, out: str | Path, cfg: Vide
         if late:
             break
     vae.eval()
+    games = list(dict.fromkeys(s.spec.env_id for s in stores))
     codec = ClipCodec(frame, vae, {"preset": cfg.preset, "frames": cfg.frames, "train_steps": done,
-                                   "env_id": store.spec.env_id, "ae_preset": frame.meta.get("preset")})
+                                   **({"env_id": games[0]} if len(games) == 1 else {"env_ids": games}),
+                                   "ae_preset": frame.meta.get("preset")})
     codec.vae.register_to_config(scaling_factor=measure_scale(codec, ClipSampler(cache, train_recs, cfg.frames,
                                                                                   cfg.seed + 1)))
-    codec.meta.update(heldout_psnr(codec, store, cfg))
+    codec.meta.update(heldout_psnr(codec, stores, cfg))
     codec.save(out / "model")
     run.write_losses(losses)
     return codec
@@ -208,11 +216,12 @@ def heldout_clips(store: Store, frames: int, heldout: float, n: int = 8, seed: i
     return np.stack(out) if out else np.zeros((0, frames, store.spec.height, store.spec.width, 3), np.uint8)
 
 
-def heldout_psnr(codec: ClipCodec, store: Store, cfg: VideoVAETrainConfig) -> dict:
-    """clip_psnr on held-out clips, for the model card: {"heldout_clip_psnr", "heldout_ae_psnr"} or {}."""
-    clips = heldout_clips(store, cfg.frames, cfg.heldout)
-    if not len(clips):
+def heldout_psnr(codec: ClipCodec, stores: list[Store], cfg: VideoVAETrainConfig) -> dict:
+    """clip_psnr on held-out clips of every store, pooled, for the model card: {"heldout_clip_psnr",
+    "heldout_ae_psnr", "heldout_frames"} or {} when no store holds a held-out clip."""
+    clips = [c for s in stores for c in heldout_clips(s, cfg.frames, cfg.heldout)]
+    if not clips:
         return {}
-    r = clip_psnr(codec, clips)
+    r = clip_psnr(codec, np.stack(clips))
     return {"heldout_clip_psnr": round(r["clip_psnr"], 3), "heldout_ae_psnr": round(r["ae_psnr"], 3),
             "heldout_frames": r["frames"]}
