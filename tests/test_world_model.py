@@ -435,3 +435,21 @@ def test_train_ae_learns_several_games_and_refuses_mixed_sizes(doom_store, toy, 
               "--preset", "tiny", "--steps", "2")
     assert res.returncode == 2 and "different sizes" in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "mixed").exists()
+
+
+def test_train_ae_init_starts_from_another_autoencoder(toy, tmp_path):
+    """--init copies an AE's weights in before stage 1 (at learning rate 0 they come out unchanged);
+    an AE of another preset's shape is refused in one line before anything is written."""
+    from safetensors.torch import load_file
+
+    out = tmp_path / "ae"
+    cli("train-ae", "--data", toy / "store", "--out", out, "--preset", "tiny", "--init", toy / "ae", "--steps", "1",
+        "--decoder-steps", "1", "--learning-rate", "0", check=True)
+    a = load_file(toy / "ae" / "diffusion_pytorch_model.safetensors")
+    b = load_file(out / "diffusion_pytorch_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert f"from the weights of `{toy / 'ae'}`" in (out / "README.md").read_text()
+    res = cli("train-ae", "--data", toy / "store", "--out", tmp_path / "other", "--preset", "cpu", "--init", toy / "ae",
+              "--steps", "1")
+    assert res.returncode == 2 and "not of the cpu preset's shape" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "other").exists()

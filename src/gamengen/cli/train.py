@@ -24,6 +24,8 @@ def train_ae(
                                      "use of the same time; docs/results.md)."),
     learning_rate: float = typer.Option(1e-3),
     pretrained: Optional[Path] = typer.Option(None, help="Local diffusers VAE folder (e.g. SD-v1.4's vae/)."),
+    init: Optional[Path] = typer.Option(None, help="An autoencoder folder of the same preset to start from (e.g. "
+                                                   "models/freedoom-e1m1/ae for --preset cpu): fewer steps for a new game."),
     seed: int = typer.Option(0),
     checkpoint_every: int = typer.Option(250, help="Steps between checkpoints (either stage)."),
     keep_checkpoints: int = typer.Option(2, help="How many of the newest checkpoints to keep."),
@@ -35,6 +37,7 @@ def train_ae(
     cfg = AETrainConfig(preset=preset, steps=steps, decoder_steps=decoder_steps, batch_size=batch_size,
                         crop=crop, learning_rate=learning_rate, seed=seed, checkpoint_every=checkpoint_every,
                         keep_checkpoints=keep_checkpoints, pretrained=str(pretrained) if pretrained else None,
+                        init=str(init) if init else None,
                         max_minutes=max_minutes)
     bars = {}
     with progress_bar("autoencoder steps", (0 if pretrained else steps) + decoder_steps) as advance:

@@ -42,6 +42,10 @@ class AETrainConfig:
     heldout: float = 0.1
     seed: int = 0
     pretrained: str | None = None  # a local diffusers VAE folder instead of stage 1
+    # An autoencoder folder of this preset (`gamengen train-ae`) whose weights stage 1 starts from
+    # instead of random ones: a codec for new games (or your own game) from one that already draws
+    # walls and a status bar, at a fraction of the steps.
+    init: str | None = None
     checkpoint_every: int = 250  # steps (either stage)
     keep_checkpoints: int = 2
     # Stop after about this many minutes of this invocation (None: run both stages to their step
@@ -115,6 +119,8 @@ def train_autoencoder(data: str | Path | list, out: str | Path, cfg: AETrainConf
     H, W = codec.height, codec.width
     rng = np.random.default_rng(cfg.seed)  # the crops'
 
+    if cfg.init:
+        _start_from(codec.ae, Path(cfg.init), cfg.preset)
     ae = codec.ae.train()
     # The folder is the autoencoder's own (diffusers' config.json goes there), so the run's settings
     # go to run.json. The step counts are part of the run: they place the stage boundary.
@@ -179,6 +185,16 @@ def train_autoencoder(data: str | Path | list, out: str | Path, cfg: AETrainConf
     return codec
 
 
+def _start_from(ae: torch.nn.Module, folder: Path, preset: str) -> None:
+    """Copy the weights of the AE in ``folder`` into ``ae``; another architecture is refused in one line."""
+    other = FrameCodec.load(folder).ae.state_dict()
+    mine = ae.state_dict()
+    if other.keys() != mine.keys() or any(other[k].shape != mine[k].shape for k in mine):
+        raise UserError(f"the autoencoder in {folder} is not of the {preset} preset's shape",
+                        "pass --preset with the preset it was trained with, or another --init")
+    ae.load_state_dict(other)
+
+
 def random_crops(x: torch.Tensor, size: int, H: int, W: int, grid: int, rng: np.random.Generator) -> torch.Tensor:
     """Random ``size``-pixel crops of pixels (B, 3, H', W'), placed on the latent grid (0: whole)."""
     if not size or size >= min(H, W):
@@ -196,7 +212,8 @@ def _scale_and_save(codec: FrameCodec, frames: FrameSampler, cfg: AETrainConfig,
     codec.scale = float(1.0 / z.std().clamp_min(1e-6))
     H, W = codec.height, codec.width
     codec.save(out, card=(f"# gamengen autoencoder ({cfg.preset} preset)\n\nTrained by `gamengen train-ae` "
-                          f"on {', '.join(f'`{p}`' for p in paths)}: {ran['autoencoder']} autoencoder steps, then "
+                          f"on {', '.join(f'`{p}`' for p in paths)}: {ran['autoencoder']} autoencoder steps"
+                          + (f" from the weights of `{cfg.init}`" if cfg.init else "") + ", then "
                           f"{ran['decoder fine-tune']} decoder-only steps (encoder frozen, pixel MSE; paper §3.2.2), "
                           f"batch {cfg.batch_size}" + (f" of {cfg.crop}x{cfg.crop} crops" if cfg.crop else "") +
                           f". Frames {W}x{H} padded to {codec.padded[1]}x{codec.padded[0]}; "
