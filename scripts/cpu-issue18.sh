@@ -5,15 +5,21 @@
 #   scripts/cpu-issue18.sh record     # the varied, captioned recordings (scripts/record-clips.sh)
 #   scripts/cpu-issue18.sh curate     # one clip dataset per game: data/curated/<game>
 #   scripts/cpu-issue18.sh text       # the caption T5, pretrained on every curated game's captions
-#   scripts/cpu-issue18.sh vae        # the video VAE over the 2D AE (AE, default runs/ae/cpu-16ch-whole)
+#   scripts/cpu-issue18.sh ae-lever L # one 2D AE candidate on every game's frames, 20 single-core minutes:
+#                                     # L = scratch (cpu preset), init (cpu, from the bundled model's AE),
+#                                     # 16ch (cpu-16ch from scratch); scored by `ae-eval runs/ae18-L`
+#   scripts/cpu-issue18.sh ae-eval DIR  # an AE's ceiling on each game's held-out frames (DIR-eval/<game>)
+#   scripts/cpu-issue18.sh ae         # the 2D AE of every game, long (continues the lever winner)
+#   scripts/cpu-issue18.sh vae        # the video VAE over it, on every game (AE may name another)
 #   scripts/cpu-issue18.sh train      # the cpu clip model on every curated game (MINUTES per call)
 #
 # GG (default .venv/bin/gamengen), AE and MINUTES (default 60) may be set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GG=${GG:-.venv/bin/gamengen}
-AE=${AE:-runs/ae/cpu-16ch-whole}
-case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|vae|train}" in
+AE=${AE:-runs/ae-games}
+stores=(); for d in data/clips/*/; do stores+=(--data "$d"); done
+case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval DIR|ae|vae|train}" in
   record) scripts/record-clips.sh ;;
   curate)
     for store in data/clips/*/; do
@@ -26,8 +32,24 @@ case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|vae|train}" in
     data=(); for d in data/curated/*/; do data+=(--data "$d"); done
     [ -f runs/clip-text/gamengen_text.json ] || $GG clip train-text "${data[@]}" --out runs/clip-text --preset cpu --steps 600
     ;;
+  ae-lever)
+    case "${2:?which candidate: scratch, init or 16ch}" in
+      scratch) flags="--preset cpu" ;;
+      init) flags="--preset cpu --init models/freedoom-e1m1/ae" ;;
+      16ch) flags="--preset cpu-16ch" ;;
+      *) echo "unknown candidate $2" >&2; exit 2 ;;
+    esac
+    $GG train-ae "${stores[@]}" --out "runs/ae18-$2" $flags --steps 1000000 --decoder-steps 1000000 \
+      --checkpoint-every 100 --max-minutes 20
+    ;;
+  ae-eval)
+    dir=${2:?which autoencoder folder}
+    for d in data/clips/*/; do
+      $GG eval ae --ae "$dir" --data "$d" --out "${dir%/}-eval/$(basename "$d")" --samples 64 >/dev/null
+    done
+    ;;
   vae)
-    $GG clip train-vae --data data/clips/freedoom1-E1M2 --ae "$AE" --out runs/vvae --steps 3000 \
+    $GG clip train-vae "${stores[@]}" --ae "$AE" --out runs/vvae --steps 3000 \
       --max-minutes "${MINUTES:-60}"
     ;;
   train)
@@ -35,5 +57,5 @@ case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|vae|train}" in
     $GG clip train "${data[@]}" --codec runs/vvae/model --text runs/clip-text --out runs/clip --preset cpu --steps 100000 \
       --max-minutes "${MINUTES:-60}"
     ;;
-  *) echo "unknown stage $1 (record, curate, text, vae or train)" >&2; exit 2 ;;
+  *) echo "unknown stage $1 (record, curate, text, ae-lever, ae-eval, ae, vae or train)" >&2; exit 2 ;;
 esac

@@ -59,7 +59,7 @@ class VideoVAETrainConfig:
                             "fix the training settings")
 
 
-class ClipSampler:
+class LatentClips:
     """Random clips of ``frames`` consecutive 2D latents from cached episodes, uniform over all clips."""
 
     def __init__(self, cache: LatentCache, records: list[EpisodeRecord], frames: int, seed: int):
@@ -113,7 +113,7 @@ def train_video_vae(data: str | Path | list, ae: str | Path, out: str | Path, cf
     cache = LatentCache(frame, ae / "latents")  # shared with `gamengen train`: same encoder, same files
     for store, rs in zip(stores, recs):
         cache.build(store, rs)  # keyed by each episode's sha256, so stores share one cache
-    clips = ClipSampler(cache, train_recs, cfg.frames, cfg.seed)
+    clips = LatentClips(cache, train_recs, cfg.frames, cfg.seed)
     channels = frame.latent_shape()[0]
     with torch.random.fork_rng(devices=[]):  # initial weights from the seed, the caller's RNG untouched
         torch.manual_seed(cfg.seed)
@@ -148,8 +148,8 @@ def train_video_vae(data: str | Path | list, ae: str | Path, out: str | Path, cf
     codec = ClipCodec(frame, vae, {"preset": cfg.preset, "frames": cfg.frames, "train_steps": done,
                                    **({"env_id": games[0]} if len(games) == 1 else {"env_ids": games}),
                                    "ae_preset": frame.meta.get("preset")})
-    codec.vae.register_to_config(scaling_factor=measure_scale(codec, ClipSampler(cache, train_recs, cfg.frames,
-                                                                                  cfg.seed + 1)))
+    scale = measure_scale(codec, LatentClips(cache, train_recs, cfg.frames, cfg.seed + 1))
+    codec.vae.register_to_config(scaling_factor=scale)
     codec.meta.update(heldout_psnr(codec, stores, cfg))
     codec.save(out / "model")
     run.write_losses(losses)
@@ -172,7 +172,7 @@ def _loss(vae, frame: FrameCodec, z: torch.Tensor, cfg: VideoVAETrainConfig, noi
 
 
 @torch.no_grad()
-def measure_scale(codec: ClipCodec, clips: ClipSampler, batches: int = 4) -> float:
+def measure_scale(codec: ClipCodec, clips: LatentClips, batches: int = 4) -> float:
     """1 / std of the (unscaled) posterior means over training clips: unit-variance video latents, as
     SD's 0.18215 makes its VAE's; GameGen-X's DiT, like SD's U-Net, assumes it."""
     v = torch.cat([codec.vae.encode(clips.batch(8).to(codec.device)).mean for _ in range(batches)])
