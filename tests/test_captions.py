@@ -187,3 +187,32 @@ def test_mixing_event_and_label_settings_is_refused(tmp_path):
     assert "\nINS: Env: Map E1M1" in res.stdout
     res = cli("record", "--env", "toy:cursor", "--steps", "10", "--events", "--out", tmp_path / "toy")
     assert res.returncode == 2 and "ViZDoom" in res.stderr and not (tmp_path / "toy").exists()
+
+
+def test_verify_and_export_cover_events_and_labels(tmp_path):
+    """`data export` writes each step's event and the objects in view; `data verify` checks both
+    arrays and finds an event index outside the store's vocabulary."""
+    import csv
+
+    import zarr
+
+    store = tmp_path / "s"
+    cli("record", "--env", E1M1, "--steps", "400", "--frame-skip", "2", "--events", "--labels", "--seed", "4",
+        "--out", store, check=True)
+    assert cli("data", "verify", store).returncode == 0
+    cli("data", "export", store, "--out", tmp_path / "x", check=True)
+    with open(tmp_path / "x" / "actions.csv") as f:
+        rows = list(csv.DictReader(f))
+    s = Store.open(store)
+    rec = s.episodes()[0]
+    g = s.open_episode(rec)
+    events, (names, counts) = read_events(g), read_labels(g)
+    mine = [r for r in rows if r["episode"] == rec.path.replace("/", "-")]
+    assert [r["event"] for r in mine] == [s.spec.events[e].name for e in events]
+    assert any(r["event"] != "none" for r in rows)  # 400 steps at skip 2 is 23 s: events every 5-10 s
+    t = int(np.argmax(counts.sum(1)))
+    assert mine[t]["in_view"] == ";".join(f"{n}={c}" for n, c in zip(names, counts[t]) if c) != ""
+    arr = zarr.open_group(store / rec.path, mode="r+")["events"]
+    arr[0] = len(s.spec.events)
+    res = cli("data", "verify", store)
+    assert res.returncode == 1 and f"events outside 0..{len(s.spec.events) - 1}" in res.stdout + res.stderr

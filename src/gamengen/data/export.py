@@ -12,7 +12,7 @@ import numpy as np
 
 from ..atomic import write_json_atomic
 from ..errors import UserError
-from .store import EpisodeRecord, Store
+from .store import EpisodeRecord, Store, read_events, read_labels
 from .video import overlay, write_video
 
 
@@ -80,7 +80,10 @@ def export_store(store: Store, out: Path, crf: int = 18, report: Callable[[int],
         raise UserError(f"cannot create {out}: {e.strerror}", "pick a writable --out folder") from None
     spec = store.spec
     records = store.episodes()
-    step_cols = ["episode", "t", "action", "action_name", "reward", "terminated", "truncated", *spec.variables]
+    # Format 2's optional per-step data: the event fired with the step's action (its name), and the
+    # objects in view in its frame as NAME=COUNT pairs joined by ";".
+    step_cols = ["episode", "t", "action", "action_name", "reward", "terminated", "truncated", *spec.variables,
+                 *(["event"] if spec.events else []), *(["in_view"] if spec.labels else [])]
     ep_cols = ["episode", "video", "length", "policy", "return", "terminated", "truncated"]
     tmp_steps, tmp_eps = out / ".actions.csv.tmp", out / ".episodes.csv.tmp"
     with open(tmp_steps, "w", newline="") as fs, open(tmp_eps, "w", newline="") as fe:
@@ -95,9 +98,16 @@ def export_store(store: Store, out: Path, crf: int = 18, report: Callable[[int],
             write_video(out / video, (frames[i] for i in range(rec.length)), spec.fps, crf=crf)
             a, r = g["actions"][:], g["rewards"][:]
             term, trunc, var = g["terminated"][:], g["truncated"][:], g["game_variables"][:]
+            events, labels = read_events(g), read_labels(g)
             for t in range(rec.length):
+                extra = []  # (an episode missing an array the store names gets empty cells; verify reports it)
+                if spec.events:
+                    extra.append(spec.events[events[t]].name if events is not None else "")
+                if spec.labels:
+                    extra.append(";".join(f"{n}={int(c)}" for n, c in zip(labels[0], labels[1][t]) if c)
+                                 if labels is not None else "")
                 steps_csv.writerow([name, t, int(a[t]), spec.action_set.names[a[t]], float(r[t]), int(term[t]),
-                                    int(trunc[t]), *map(float, var[t])])
+                                    int(trunc[t]), *map(float, var[t]), *extra])
             eps_csv.writerow([name, video, rec.length, rec.meta.get("policy", ""), rec.meta.get("return", ""),
                               int(term[-1]), int(trunc[-1])])
             report(1)

@@ -60,7 +60,9 @@ def _check_episode(store: Store, rec, deep: bool) -> list[str]:
         elif deep:
             for s in range(0, T, FRAME_CHUNK * 8):
                 arr[s : s + FRAME_CHUNK * 8]  # decode: zstd + crc32c check of every chunk
-    for name in PER_STEP:
+    # Format 2's optional arrays: present in every episode of a store whose store.json names them.
+    per_step = PER_STEP + (("events",) if spec.events else ()) + (("labels",) if spec.labels else ())
+    for name in per_step:
         if name not in g:
             out.append(f"missing array {name}")
         elif g[name].shape[0] != T:
@@ -72,6 +74,12 @@ def _check_episode(store: Store, rec, deep: bool) -> list[str]:
         out.append(f"actions outside 0..{len(spec.action_set) - 1}")
     if g["game_variables"].shape[1] != len(spec.variables):
         out.append(f"game_variables has {g['game_variables'].shape[1]} columns, store lists {len(spec.variables)}")
+    if spec.events:
+        events = g["events"][:]
+        if events.min() < 0 or events.max() >= len(spec.events):
+            out.append(f"events outside 0..{len(spec.events) - 1} (the store's event vocabulary)")
+    if spec.labels and g["labels"].shape[1:] != (max(len(g.attrs.get("label_names", ())), 1),):
+        out.append(f"labels has columns {g['labels'].shape[1:]}, label_names lists {len(g.attrs.get('label_names', ()))}")
     ended = g["terminated"][:] | g["truncated"][:]
     if ended[:-1].any() or not ended[-1]:
         out.append("terminated/truncated must be set on the last step only")
