@@ -12,6 +12,10 @@
 #                                    # (the same for B), as the AE levers were compared.
 #   scripts/cpu-issue17.sh eval-wm LEVER   # the same eval for every lever, on the skip-2 eval store
 #
+# GAME=dtc runs every stage on the smaller world of issue 17's scenario lever instead of E1M1:
+# ViZDoom's defend_the_center (one round arena; turn left / right, fire), its own stores and runs
+# (data/dtc-*, runs/ae-dtc, runs/wm-dtc-LEVER); its AE stage stops at MINUTES (default 40) per call.
+#
 # LEVER: base (cpu-m, context 16, the paper's uniform timesteps), lognormal (EDM's noise levels),
 # ctx4 / ctx8 (context length), cpu (the smaller U-Net at context 16), unroll (a quarter of the
 # contexts end in the model's own prediction), residual (diffuse the change from the last frame).
@@ -25,21 +29,38 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GG=${GG:-.venv/bin/gamengen}
-AE=${AE:-runs/ae-long}  # the world-model stages' autoencoder; runs on another AE go to runs/wm-<its name>-LEVER
-if [ "$AE" = runs/ae-long ]; then tag=""; else tag="-$(basename "$AE")"; fi
+GAME=${GAME:-e1m1}
+case "$GAME" in
+  e1m1) env=vizdoom:freedoom1/E1M1; prefix=data/; long=runs/ae-long ;;
+  dtc) env=vizdoom:scenario/defend_the_center; prefix=data/dtc-; long=runs/ae-dtc ;;
+  *) echo "unknown GAME $GAME (e1m1 or dtc)" >&2; exit 2 ;;
+esac
+train=${prefix}train-k2 evalk2=${prefix}eval-k2
+AE=${AE:-$long}  # the world-model stages' autoencoder; runs on another AE go to runs/wm-<its name>-LEVER
+if [ "$AE" = runs/ae-long ]; then tag=""; elif [ "$AE" = runs/ae-dtc ]; then tag="-dtc"; else tag="-$(basename "$AE")"; fi
 case "${1:?usage: scripts/cpu-issue17.sh data|ae|eval-ae|wm LEVER|eval-wm LEVER}" in
   data)
+    if [ "$GAME" = dtc ]; then  # episodes end when the arena's monsters win: about 170 steps of random play
+      $GG record --env $env --policy random --steps 60000 --workers 1 --frame-skip 2 --seed 3 --out $train
+      $GG record --env $env --policy random --steps 10000 --workers 1 --frame-skip 2 --seed 7 --out $evalk2
+      exit 0
+    fi
     $GG record --env vizdoom:freedoom1/E1M1 --policy random --steps 100000 --workers 2 --frame-skip 2 --seed 3 --out data/train-k2
     $GG record --env vizdoom:freedoom1/E1M1 --policy random --steps 60000 --workers 2 --seed 7 --out data/eval-k1
     $GG record --env vizdoom:freedoom1/E1M1 --policy random --steps 30000 --workers 2 --frame-skip 2 --seed 7 --out data/eval-k2
     ;;
   ae)
-    scripts/carry.sh restore runs/ae-long
-    $GG train-ae --data data/train-k2 --out runs/ae-long --preset cpu-16ch --crop 0 \
-      --steps 8000 --decoder-steps 2000 --checkpoint-every 100
+    scripts/carry.sh restore $long
+    if [ "$GAME" = dtc ]; then  # a time budget: stage 1 ends at 3/4 of it, the decoder fine-tune at the end
+      $GG train-ae --data $train --out $long --preset cpu-16ch --crop 0 --steps 1000000 \
+        --decoder-steps 1000000 --max-minutes "${MINUTES:-40}" --checkpoint-every 100
+    else
+      $GG train-ae --data $train --out $long --preset cpu-16ch --crop 0 \
+        --steps 8000 --decoder-steps 2000 --checkpoint-every 100
+    fi
     ;;
   eval-ae)
-    $GG eval ae --ae runs/ae-long --data data/eval-k2 --out runs/ae-long-eval --samples 256
+    $GG eval ae --ae $long --data $evalk2 --out $long-eval --samples 256
     ;;
   wm|eval-wm)
     lever=${2:?which lever: base, lognormal, ctx4, ctx8, cpu, unroll, residual or combo}
@@ -56,10 +77,10 @@ case "${1:?usage: scripts/cpu-issue17.sh data|ae|eval-ae|wm LEVER|eval-wm LEVER}
     esac
     if [ "$1" = wm ]; then
       scripts/carry.sh restore "runs/wm$tag-$lever"
-      $GG train --data data/train-k2 --ae "$AE" --out "runs/wm$tag-$lever" $flags --steps 1000000 \
+      $GG train --data $train --ae "$AE" --out "runs/wm$tag-$lever" $flags --steps 1000000 \
         --max-minutes "${MINUTES:-60}" --checkpoint-every 200 --sample-every 2000
     else
-      $GG eval --model "runs/wm$tag-$lever/model" --data data/eval-k2 --out "runs/eval-wm$tag-$lever" --samples 64 \
+      $GG eval --model "runs/wm$tag-$lever/model" --data $evalk2 --out "runs/eval-wm$tag-$lever" --samples 64 \
         --episodes 8 --ar-steps 64 --long-steps 1000 --action-contexts 24
     fi
     ;;
