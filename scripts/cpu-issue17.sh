@@ -31,13 +31,13 @@ cd "$(dirname "$0")/.."
 GG=${GG:-.venv/bin/gamengen}
 GAME=${GAME:-e1m1}
 case "$GAME" in
-  e1m1) env=vizdoom:freedoom1/E1M1; prefix=data/; long=runs/ae-long ;;
-  dtc) env=vizdoom:scenario/defend_the_center; prefix=data/dtc-; long=runs/ae-dtc ;;
+  e1m1) env=vizdoom:freedoom1/E1M1; prefix=data/; long=runs/ae-long; game_tag="" ;;
+  dtc) env=vizdoom:scenario/defend_the_center; prefix=data/dtc-; long=runs/ae-dtc; game_tag=-dtc ;;
   *) echo "unknown GAME $GAME (e1m1 or dtc)" >&2; exit 2 ;;
 esac
 train=${prefix}train-k2 evalk2=${prefix}eval-k2
 AE=${AE:-$long}  # the world-model stages' autoencoder; runs on another AE go to runs/wm-<its name>-LEVER
-if [ "$AE" = runs/ae-long ]; then tag=""; elif [ "$AE" = runs/ae-dtc ]; then tag="-dtc"; else tag="-$(basename "$AE")"; fi
+if [ "$AE" = "$long" ]; then tag=$game_tag; else tag="-$(basename "$AE")"; fi
 case "${1:?usage: scripts/cpu-issue17.sh data|ae|eval-ae|wm LEVER|eval-wm LEVER}" in
   data)
     if [ "$GAME" = dtc ]; then  # episodes end when the arena's monsters win: about 170 steps of random play
@@ -45,9 +45,9 @@ case "${1:?usage: scripts/cpu-issue17.sh data|ae|eval-ae|wm LEVER|eval-wm LEVER}
       $GG record --env $env --policy random --steps 10000 --workers 1 --frame-skip 2 --seed 7 --out $evalk2
       exit 0
     fi
-    $GG record --env vizdoom:freedoom1/E1M1 --policy random --steps 100000 --workers 2 --frame-skip 2 --seed 3 --out data/train-k2
-    $GG record --env vizdoom:freedoom1/E1M1 --policy random --steps 60000 --workers 2 --seed 7 --out data/eval-k1
-    $GG record --env vizdoom:freedoom1/E1M1 --policy random --steps 30000 --workers 2 --frame-skip 2 --seed 7 --out data/eval-k2
+    $GG record --env $env --policy random --steps 100000 --workers 2 --frame-skip 2 --seed 3 --out $train
+    $GG record --env $env --policy random --steps 60000 --workers 2 --seed 7 --out data/eval-k1
+    $GG record --env $env --policy random --steps 30000 --workers 2 --frame-skip 2 --seed 7 --out $evalk2
     ;;
   ae)
     scripts/carry.sh restore $long
