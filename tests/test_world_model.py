@@ -453,3 +453,23 @@ def test_train_ae_init_starts_from_another_autoencoder(toy, tmp_path):
               "--steps", "1")
     assert res.returncode == 2 and "not of the cpu preset's shape" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "other").exists()
+
+
+def test_train_ae_bf16_autocast_is_close_to_fp32_and_may_change_on_resume(toy, tmp_path):
+    """--bf16 runs the AE's forward passes in bf16 (weights stay fp32), and a run may resume with the
+    other precision, since precision is not part of what the run learns: a run whose first step ran
+    in bf16 (then stopped by its time budget) and whose other three ran in fp32 ends a little off a
+    4-step fp32 run from the same seed (autocast ran), and only a little."""
+    from safetensors.torch import load_file
+
+    args = ["--data", toy / "store", "--preset", "tiny", "--steps", "4", "--decoder-steps", "0"]
+    cli("train-ae", *args, "--out", tmp_path / "fp32", check=True)
+    cli("train-ae", *args, "--out", tmp_path / "mixed", "--bf16", "--max-minutes", "0", check=True)
+    assert "1 autoencoder steps" in (tmp_path / "mixed" / "README.md").read_text()
+    cli("train-ae", *args, "--out", tmp_path / "mixed", "--no-bf16", check=True)
+    assert "4 autoencoder steps" in (tmp_path / "mixed" / "README.md").read_text()
+    a = load_file(tmp_path / "fp32" / "diffusion_pytorch_model.safetensors")
+    b = load_file(tmp_path / "mixed" / "diffusion_pytorch_model.safetensors")
+    moved = {k: (a[k] - b[k]).abs().max().item() for k in a}
+    assert max(moved.values()) > 0
+    assert all(torch.allclose(a[k], b[k], rtol=0.05, atol=0.02) for k in a), max(moved.items(), key=lambda kv: kv[1])

@@ -3,7 +3,7 @@
 - **Settings.** The resolved settings are written to the folder when the run starts. Run the same
   command again and it resumes; run it with other settings and it is refused in one line, except
   for the settings that only say how far or how often (``may_change``: steps, checkpoint cadence,
-  time budget).
+  time budget, bf16 autocast).
 - **Checkpoints** go through train/checkpoint.py (atomic, a sha256 manifest written last, the
   newest ``keep`` kept); ``resume`` loads the newest whole one, falling back past damaged ones.
 - **Time budget.** ``Deadline`` stops one invocation after ``max_minutes`` at the step reached.
@@ -26,7 +26,7 @@ from ..errors import UserError
 from . import checkpoint
 
 KILL_AT_SAVE = "GAMENGEN_TEST_KILL_AT_SAVE"  # tests only: SIGKILL before checkpoint N's manifest
-MAY_CHANGE = ("steps", "checkpoint_every", "sample_every", "keep_checkpoints", "max_minutes")
+MAY_CHANGE = ("steps", "checkpoint_every", "sample_every", "keep_checkpoints", "max_minutes", "bf16")
 
 
 class RunFolder:
