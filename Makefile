@@ -19,8 +19,10 @@ test: venv
 	$(BIN)/python -m pytest -q
 
 # The learned Freedoom E1M1 in your browser; the URL with its per-launch token is printed.
+# `make play MODEL=models/defend-the-center` opens the smaller world (ViZDoom's round arena).
+MODEL ?= models/freedoom-e1m1
 play: venv
-	$(BIN)/gamengen play --model models/freedoom-e1m1
+	$(BIN)/gamengen play --model $(MODEL)
 
 clean:
 	rm -rf $(VENV) .pytest_cache
