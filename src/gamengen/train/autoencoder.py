@@ -53,7 +53,7 @@ class AETrainConfig:
     # comparisons (issue 17); not part of the run's identity, so the same command resumes.
     max_minutes: float | None = None
     # bf16 autocast of the forward passes (weights, optimizer and the loss stay fp32). On CPUs with
-    # bf16 units it is 1.5x faster per step at cpu-16ch (docs/results.md); elsewhere it is slower.
+    # bf16 units it is 1.5x faster per step at cpu-16ch (docs/performance.md); elsewhere slower.
     # Only how fast, not what is learned, so it may change when a run resumes.
     bf16: bool = False
 
