@@ -473,3 +473,26 @@ def test_train_ae_bf16_autocast_is_close_to_fp32_and_may_change_on_resume(toy, t
     moved = {k: (a[k] - b[k]).abs().max().item() for k in a}
     assert max(moved.values()) > 0
     assert all(torch.allclose(a[k], b[k], rtol=0.05, atol=0.02) for k in a), max(moved.items(), key=lambda kv: kv[1])
+
+
+def test_train_ae_decoder_continuation_keeps_the_latents(toy, tmp_path):
+    """A time-budgeted run re-run for more decoder fine-tune changes only the decoder, so it keeps the
+    saved latent scale and with it the encoder's id: the latent cache, and the world models trained on
+    those latents, stay valid (a re-measured scale would differ by the frames it drew)."""
+    from safetensors.torch import load_file
+
+    from gamengen.models.autoencoder import FrameCodec
+
+    out = tmp_path / "ae"
+    args = ["train-ae", "--data", toy / "store", "--out", out, "--preset", "tiny", "--steps", "2",
+            "--decoder-steps", "1000000", "--max-minutes", "0"]
+    cli(*args, check=True)  # the budget ends each stage after one step
+    before, w0 = FrameCodec.load(out), load_file(out / "diffusion_pytorch_model.safetensors")
+    cli(*args, check=True)  # resumes inside the decoder fine-tune
+    after, w1 = FrameCodec.load(out), load_file(out / "diffusion_pytorch_model.safetensors")
+    assert "1 autoencoder steps" in (out / "README.md").read_text()
+    assert "2 decoder-only steps" in (out / "README.md").read_text()
+    enc = [k for k in w0 if k.startswith(("encoder.", "quant_conv."))]
+    assert enc and all(torch.equal(w0[k], w1[k]) for k in enc)
+    assert any(not torch.equal(w0[k], w1[k]) for k in w0 if k.startswith("decoder."))
+    assert after.scale == before.scale and after.encoder_id() == before.encoder_id()

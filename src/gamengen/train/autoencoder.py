@@ -209,12 +209,34 @@ def random_crops(x: torch.Tensor, size: int, H: int, W: int, grid: int, rng: np.
     return torch.stack([x[i, :, y:y + size, x0:x0 + size] for i, (y, x0) in enumerate(zip(ys, xs))])
 
 
+def _saved_scale(out: Path, codec: FrameCodec) -> float | None:
+    """The latent scale of the autoencoder already saved in ``out`` when its encoder weights are
+    ``codec``'s (a decoder-only continuation); None otherwise."""
+    if not (out / "gamengen_ae.json").exists():
+        return None
+    try:
+        saved = FrameCodec.load(out)
+    except UserError:
+        return None
+    mine, theirs = codec.ae.state_dict(), saved.ae.state_dict()
+    enc = [k for k in mine if k.startswith(("encoder.", "quant_conv."))]
+    same = all(k in theirs and theirs[k].shape == mine[k].shape and torch.equal(theirs[k].cpu(), mine[k].cpu())
+               for k in enc)
+    return saved.scale if same else None
+
+
 def _scale_and_save(codec: FrameCodec, frames: FrameSampler, cfg: AETrainConfig, paths: list[Path], out: Path, ran: dict) -> None:
     """Unit-variance latents, as SD's 0.18215 scale gives its VAE, so the diffusion schedule fits
-    them; then the folder and its card."""
-    with torch.no_grad():
-        z = torch.cat([codec.encode(frames.batch(64)) for _ in range(4)])  # scale is still 1 here
-    codec.scale = float(1.0 / z.std().clamp_min(1e-6))
+    them; then the folder and its card. A run resumed for more decoder fine-tune keeps the scale its
+    folder already has: the encoder is unchanged, so the latents, their cache and every world model
+    trained on them stay exactly valid (a re-measured scale would differ by the frames drawn)."""
+    kept = _saved_scale(out, codec)
+    if kept is not None:
+        codec.scale = kept
+    else:
+        with torch.no_grad():
+            z = torch.cat([codec.encode(frames.batch(64)) for _ in range(4)])  # scale is still 1 here
+        codec.scale = float(1.0 / z.std().clamp_min(1e-6))
     H, W = codec.height, codec.width
     codec.save(out, card=(f"# gamengen autoencoder ({cfg.preset} preset)\n\nTrained by `gamengen train-ae` "
                           f"on {', '.join(f'`{p}`' for p in paths)}: {ran['autoencoder']} autoencoder steps"
