@@ -335,7 +335,7 @@ def test_fast_runtime_plays_the_reference_frames(toy, toy_model):
 def test_distilled_student_makes_the_teachers_frames_in_one_step(toy, toy_model, tmp_path):
     """`gamengen distill` (paper App. A.4): the 1-step student, without CFG, lands closer to the
     teacher's 4-step CFG latents than the teacher itself sampled in 1 step, on held-out contexts;
-    an interrupted run resumes to the same losses; the student plays its own way (1 step, no CFG)."""
+    an interrupted run resumes to the same losses (and may resume under bf16 autocast); the student plays its own way (1 step, no CFG)."""
     from gamengen.engine.world import EngineConfig, NeuralWorld
     from gamengen.eval.heldout import context_at, heldout_episodes
 
@@ -346,6 +346,10 @@ def test_distilled_student_makes_the_teachers_frames_in_one_step(toy, toy_model,
     cli("distill", *args, "--out", tmp_path / "parts", "--steps", "40", check=True)  # resumes at 20
     whole, parts = (json.loads((tmp_path / r / "losses.json").read_text()) for r in ("whole", "parts"))
     np.testing.assert_allclose(parts, whole[:40], rtol=1e-5, atol=1e-7)
+    cli("distill", *args, "--out", tmp_path / "parts", "--steps", "50", "--bf16", check=True)  # precision may change
+    bf16 = json.loads((tmp_path / "parts" / "losses.json").read_text())[40:]
+    assert len(bf16) == 10 and bf16 != whole[40:50]  # autocast ran ...
+    np.testing.assert_allclose(bf16, whole[40:50], rtol=0.2)  # ... and learns the same
 
     student = NeuralWorld(tmp_path / "whole" / "model", EngineConfig(runtime="torch"))
     assert student.steps == 1 and student.guidance == 1.0 and student.meta.distilled_from == str(toy_model)

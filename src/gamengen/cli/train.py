@@ -116,13 +116,14 @@ def distill(
     checkpoint_every: int = typer.Option(100),
     seed: int = typer.Option(0),
     max_minutes: Optional[float] = typer.Option(None, help="Stop after about this many minutes, exporting the model at the step reached (the same command resumes)."),
+    bf16: bool = typer.Option(False, help="bf16 autocast (fast on CPUs with bf16 units; may change on resume)."),
 ):
     """A 1-step student of a world model (paper App. A.4): it learns the teacher's 4-step CFG frames."""
     from ..train.distill import DistillConfig
     from ..train.distill import distill as run_distill
 
     cfg = DistillConfig(steps=steps, batch_size=batch_size, learning_rate=learning_rate, max_frames=max_frames,
-                        checkpoint_every=checkpoint_every, seed=seed, max_minutes=max_minutes)
+                        checkpoint_every=checkpoint_every, seed=seed, max_minutes=max_minutes, bf16=bf16)
     with progress_bar("distillation steps", steps) as advance:
         losses = run_distill(model, data, out, cfg, step_reporter(advance),
                              warn=lambda m: typer.echo(f"warning: {m}", err=True), latents=latents)

@@ -49,6 +49,9 @@ class DistillConfig:
     keep_checkpoints: int = 3
     seed: int = 0
     max_minutes: float | None = None  # stop this invocation after about this long (as `gamengen train`)
+    # bf16 autocast of the teacher's and the student's forward passes (the student's weights, its
+    # optimizer and the loss stay fp32), as `train --bf16`; may change when a run resumes.
+    bf16: bool = False
 
 
 def distill(teacher_dir: str | Path, data: str | Path, out: str | Path, cfg: DistillConfig,
@@ -97,9 +100,11 @@ def distill(teacher_dir: str | Path, data: str | Path, out: str | Path, cfg: Dis
         idx, draws = draws_for(tcfg, step, windows, 0, B, shape)
         ctx, acts, _ = batch_of(windows, idx, device)
         noise = draws.noise.to(device)
-        target = guided.sample(ctx, acts, noise, teacher_sampler)
-        pred = solve(student_denoiser.guided_by_bucket(ctx, acts, bucket, 1.0), noise, one_step, guided.alphas_cumprod)
-        loss = torch.nn.functional.mse_loss(pred, target)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
+            target = guided.sample(ctx, acts, noise, teacher_sampler)
+            pred = solve(student_denoiser.guided_by_bucket(ctx, acts, bucket, 1.0), noise, one_step,
+                         guided.alphas_cumprod)
+        loss = torch.nn.functional.mse_loss(pred.float(), target.float())
         descend(loss, opt, student.parameters(), cfg.grad_clip)
         losses.append(float(loss.detach()))
         report(step + 1, cfg.steps, losses[-1])
