@@ -11,6 +11,8 @@
 #                                    # one core each: OMP_NUM_THREADS=1 MINUTES=40 scripts/cpu-issue17.sh wm A &
 #                                    # (the same for B), as the AE levers were compared.
 #   scripts/cpu-issue17.sh eval-wm LEVER   # the same eval for every lever, on the skip-2 eval store
+#   scripts/cpu-issue17.sh distill LEVER   # a 1-step student of that world model, MINUTES (default 15) a call
+#   scripts/cpu-issue17.sh eval-distill LEVER   # the same eval for the student
 #
 # GAME=dtc runs every stage on the smaller world of issue 17's scenario lever instead of E1M1:
 # ViZDoom's defend_the_center (one round arena; turn left / right, fire), its own stores and runs
@@ -43,7 +45,7 @@ if [ -z "${BF16:-}" ]; then grep -q avx512_bf16 /proc/cpuinfo && BF16=1 || BF16=
 prec=""; [ "$BF16" = 1 ] && prec=--bf16
 AE=${AE:-$long}  # the world-model stages' autoencoder; runs on another AE go to runs/wm-<its name>-LEVER
 if [ "$AE" = "$long" ]; then tag=$game_tag; else tag="-$(basename "$AE")"; fi
-case "${1:?usage: scripts/cpu-issue17.sh data|ae|eval-ae|wm LEVER|eval-wm LEVER}" in
+case "${1:?usage: scripts/cpu-issue17.sh data|ae|eval-ae|wm LEVER|eval-wm LEVER|distill LEVER|eval-distill LEVER|eval-wm LEVER}" in
   data)
     if [ "$GAME" = dtc ]; then  # episodes end when the arena's monsters win: about 170 steps of random play
       $GG record --env $env --policy random --steps 60000 --workers 1 --frame-skip 2 --seed 3 --out $train
@@ -67,7 +69,7 @@ case "${1:?usage: scripts/cpu-issue17.sh data|ae|eval-ae|wm LEVER|eval-wm LEVER}
   eval-ae)
     $GG eval ae --ae $long --data $evalk2 --out $long-eval --samples 256
     ;;
-  wm|eval-wm)
+  wm|eval-wm|distill|eval-distill)
     lever=${2:?which lever: base, lognormal, ctx4, ctx8, cpu, unroll, residual or combo}
     case "$lever" in
       base) flags="--preset cpu-m" ;;
@@ -80,14 +82,19 @@ case "${1:?usage: scripts/cpu-issue17.sh data|ae|eval-ae|wm LEVER|eval-wm LEVER}
       combo) flags="--preset cpu-m --unroll 0.25 --timesteps lognormal" ;;
       *) echo "unknown lever $lever" >&2; exit 2 ;;
     esac
-    if [ "$1" = wm ]; then
-      scripts/carry.sh restore "runs/wm$tag-$lever"
-      $GG train --data $train --ae "$AE" --out "runs/wm$tag-$lever" $flags --steps 1000000 \
-        --max-minutes "${MINUTES:-60}" --checkpoint-every 200 --sample-every 2000 $prec
-    else
-      $GG eval --model "runs/wm$tag-$lever/model" --data $evalk2 --out "runs/eval-wm$tag-$lever" --samples 64 \
-        --episodes 8 --ar-steps 64 --long-steps 1000 --action-contexts 24
-    fi
+    case "$1" in
+      wm)
+        scripts/carry.sh restore "runs/wm$tag-$lever"
+        $GG train --data $train --ae "$AE" --out "runs/wm$tag-$lever" $flags --steps 1000000 \
+          --max-minutes "${MINUTES:-60}" --checkpoint-every 200 --sample-every 2000 $prec ;;
+      distill)  # its 1-step student (paper App. A.4), for MINUTES (default 15) minutes a call
+        $GG distill --model "runs/wm$tag-$lever/model" --data $train --latents "$AE/latents" \
+          --out "runs/distill$tag-$lever" --steps 1000000 --max-minutes "${MINUTES:-15}" $prec ;;
+      *)  # eval-wm, eval-distill: the same eval of the teacher or of its student
+        run=wm; [ "$1" = eval-distill ] && run=distill
+        $GG eval --model "runs/$run$tag-$lever/model" --data $evalk2 --out "runs/eval-$run$tag-$lever" --samples 64 \
+          --episodes 8 --ar-steps 64 --long-steps 1000 --action-contexts 24 ;;
+    esac
     ;;
-  *) echo "unknown stage $1 (data, ae, eval-ae, wm or eval-wm)" >&2; exit 2 ;;
+  *) echo "unknown stage $1 (data, ae, eval-ae, wm, eval-wm, distill or eval-distill)" >&2; exit 2 ;;
 esac
