@@ -18,9 +18,10 @@ venv: $(VENV)/.installed
 test: venv
 	$(BIN)/python -m pytest -q
 
-# The learned Freedoom E1M1 in your browser; the URL with its per-launch token is printed.
-# `make play MODEL=models/defend-the-center` opens the smaller world (ViZDoom's round arena).
-MODEL ?= models/freedoom-e1m1
+# The learned defend_the_center arena (ViZDoom; its 1-step student) in your browser; the URL with
+# its per-launch token is printed. `make play MODEL=models/freedoom-e1m1` opens the paper's
+# Freedoom E1M1 model, `MODEL=models/defend-the-center` the 4-step teacher.
+MODEL ?= models/defend-the-center-1step
 play: venv
 	$(BIN)/gamengen play --model $(MODEL)
 

@@ -16,18 +16,18 @@ from gamengen.cli import common
 from gamengen.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
-BUNDLED = REPO / "models" / "freedoom-e1m1"
+BUNDLED = REPO / common.BUNDLED_MODEL_DIR
 
 
 def test_the_bundled_model_is_found_from_the_environment_then_the_current_directory(tmp_path, monkeypatch):
     monkeypatch.setattr(common, "bundled_model_candidates", lambda: [Path.cwd() / common.BUNDLED_MODEL_DIR])
     monkeypatch.delenv(common.MODEL_ENV, raising=False)
-    (tmp_path / "checkout" / "models" / "freedoom-e1m1").mkdir(parents=True)
+    (tmp_path / "checkout" / common.BUNDLED_MODEL_DIR).mkdir(parents=True)
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "mine").mkdir()
 
     monkeypatch.chdir(tmp_path / "checkout")
-    assert common.find_bundled_model() == tmp_path / "checkout" / "models" / "freedoom-e1m1"
+    assert common.find_bundled_model() == tmp_path / "checkout" / common.BUNDLED_MODEL_DIR
     assert common.BUNDLED_MODEL() == common.find_bundled_model()  # what click calls when --model is not given
     monkeypatch.setenv(common.MODEL_ENV, str(tmp_path / "mine"))
     assert common.find_bundled_model() == tmp_path / "mine"  # the environment wins

@@ -388,6 +388,25 @@ def test_the_bundled_game_plays_in_chromium(bundled_server, browser, tmp_path):
     save_screenshot(page, tmp_path, "player.png")
 
 
+@pytest.fixture(scope="module")
+def default_server():
+    server = Server("play", "--no-open")  # no --model: the bundled default, what `make play` opens
+    yield server
+    server.stop()
+
+
+@needs_browser
+def test_the_default_model_plays_in_chromium(default_server, browser):
+    """`make play`'s model (defend_the_center's 1-step student, cli/common.BUNDLED_MODEL_DIR) plays in
+    a real browser, and its two turns give different frames."""
+    page = open_player(browser, default_server)
+    assert page.evaluate("window.gamengen.hello.actions") == ["NOOP", "TURN_LEFT", "TURN_RIGHT", "ATTACK"]
+    left = hold_and_play(page, "ArrowLeft", 16)
+    right = hold_and_play(page, "ArrowRight", 16)
+    assert left["view-model"] != right["view-model"]
+    assert re.search(r"FPS \d+\.\d", page.inner_text("#hud"))
+
+
 def test_ghost_mode_replays_each_start_and_runs_in_lockstep(ghost_server):
     starts = WorldModel.load_starts(BUNDLED)
     for i, s in enumerate(starts):  # the real game replays every start to its recorded frame
