@@ -45,7 +45,7 @@ if [ -z "${BF16:-}" ]; then grep -q avx512_bf16 /proc/cpuinfo && BF16=1 || BF16=
 prec=""; [ "$BF16" = 1 ] && prec=--bf16
 AE=${AE:-$long}  # the world-model stages' autoencoder; runs on another AE go to runs/wm-<its name>-LEVER
 if [ "$AE" = "$long" ]; then tag=$game_tag; else tag="-$(basename "$AE")"; fi
-case "${1:?usage: scripts/cpu-issue17.sh data|ae|eval-ae|wm LEVER|eval-wm LEVER|distill LEVER|eval-distill LEVER|eval-wm LEVER}" in
+case "${1:?usage: scripts/cpu-issue17.sh data|ae|eval-ae|wm LEVER|eval-wm LEVER|distill LEVER|eval-distill LEVER}" in
   data)
     if [ "$GAME" = dtc ]; then  # episodes end when the arena's monsters win: about 170 steps of random play
       $GG record --env $env --policy random --steps 60000 --workers 1 --frame-skip 2 --seed 3 --out $train

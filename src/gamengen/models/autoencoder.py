@@ -185,15 +185,18 @@ class FrameCodec:
             raise UserError(f"autoencoder in {folder} does not load ({str(e)[:120]})",
                             "re-train it with `gamengen train-ae`") from None
 
+    def encoder_weights(self) -> dict[str, torch.Tensor]:
+        """The weights that make the latents (encoder and quant_conv), by name; the decoder's are not."""
+        return {k: v for k, v in self.ae.state_dict().items() if k.startswith(("encoder.", "quant_conv."))}
+
     def encoder_id(self) -> str:
         """A digest of the encoder weights alone: the latent cache's key (a decoder fine-tune,
         which never changes latents, keeps the cache valid)."""
         import hashlib
 
         h = hashlib.sha256()
-        for k, v in sorted(self.ae.state_dict().items()):
-            if k.startswith(("encoder.", "quant_conv.")):
-                h.update(k.encode())
-                h.update(v.detach().cpu().float().numpy().tobytes())
+        for k, v in sorted(self.encoder_weights().items()):
+            h.update(k.encode())
+            h.update(v.detach().cpu().float().numpy().tobytes())
         h.update(repr(self.scale).encode())
         return h.hexdigest()[:16]

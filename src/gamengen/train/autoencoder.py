@@ -218,10 +218,9 @@ def _saved_scale(out: Path, codec: FrameCodec) -> float | None:
         saved = FrameCodec.load(out)
     except UserError:
         return None
-    mine, theirs = codec.ae.state_dict(), saved.ae.state_dict()
-    enc = [k for k in mine if k.startswith(("encoder.", "quant_conv."))]
-    same = all(k in theirs and theirs[k].shape == mine[k].shape and torch.equal(theirs[k].cpu(), mine[k].cpu())
-               for k in enc)
+    mine, theirs = codec.encoder_weights(), saved.encoder_weights()
+    same = mine.keys() == theirs.keys() and all(
+        theirs[k].shape == v.shape and torch.equal(theirs[k].cpu(), v.cpu()) for k, v in mine.items())
     return saved.scale if same else None
 
 
