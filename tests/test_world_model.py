@@ -341,7 +341,7 @@ def test_distilled_student_makes_the_teachers_frames_in_one_step(toy, toy_model,
 
     args = ["--model", toy_model, "--data", toy / "store", "--latents", toy / "ae" / "latents",
             "--checkpoint-every", "50"]
-    cli("distill", *args, "--out", tmp_path / "whole", "--steps", "300", check=True)
+    cli("distill", *args, "--out", tmp_path / "whole", "--steps", "150", check=True)
     cli("distill", *args, "--out", tmp_path / "parts", "--steps", "20", check=True)
     cli("distill", *args, "--out", tmp_path / "parts", "--steps", "40", check=True)  # resumes at 20
     whole, parts = (json.loads((tmp_path / r / "losses.json").read_text()) for r in ("whole", "parts"))
