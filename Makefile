@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 venv: $(VENV)/.installed
 
 test: venv
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 # The learned defend_the_center arena (ViZDoom; its 1-step student) in your browser; the URL with
 # its per-launch token is printed. `make play MODEL=models/freedoom-e1m1` opens the paper's

@@ -53,6 +53,10 @@ def doom_store(tmp_path_factory) -> Path:
 
 
 TINY = ["--preset", "tiny", "--checkpoint-every", "10", "--sample-every", "0"]
+# The toy AE's command. Every checkpoint is kept so that the kill test can use this run as its
+# uninterrupted reference and say at which step a resumed run parts from it.
+TOY_AE = ["train-ae", "--preset", "tiny", "--steps", "300", "--decoder-steps", "100", "--learning-rate", "3e-3",
+          "--checkpoint-every", "25", "--keep-checkpoints", "20"]
 
 
 @pytest.fixture(scope="session")
@@ -61,8 +65,7 @@ def toy(tmp_path_factory):
     root = tmp_path_factory.mktemp("wm")
     cli("record", "--env", "toy:cursor", "--resolution", "32x32", "--steps", "4000", "--seed", "1",
         "--out", root / "store", check=True)
-    cli("train-ae", "--data", root / "store", "--out", root / "ae", "--preset", "tiny", "--steps", "300",
-        "--decoder-steps", "100", "--learning-rate", "3e-3", check=True)
+    cli(*TOY_AE, "--data", root / "store", "--out", root / "ae", check=True)
     return root
 
 

@@ -207,7 +207,7 @@ def test_ablations_train_and_report_their_variants(toy, toy_model, tmp_path):
     assert [row["value"] for row in r["rows"]] == [1, 4]
     assert "| 32.58 |" in (tmp_path / "steps" / "ablation.md").read_text()  # the paper's App. A.4 value beside ours
     # data-policy: a scripted store stands in for the agent's; both models play the same examples
-    cli("record", "--env", "toy:cursor", "--resolution", "32x32", "--steps", "4000", "--seed", "2", "--policy", "scripted",
+    cli("record", "--env", "toy:cursor", "--resolution", "32x32", "--steps", "2000", "--seed", "2", "--policy", "scripted",
         "--out", tmp_path / "scripted", check=True)
     cli("ablate", "data-policy", "--data", f"agent={tmp_path / 'scripted'}", "--data", f"random={toy / 'store'}",
         "--ae", toy / "ae", "--out", tmp_path / "dp", "--train-steps", "30", "--episodes", "4", "--context", "4",

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import torch
 
-from conftest import TINY, cli, snapshot
+from conftest import TINY, TOY_AE, cli, snapshot
 from gamengen.data.latents import LatentCache, LatentWindows, split
 from gamengen.data.store import Store
 from gamengen.train.run import KILL_AT_SAVE
@@ -245,11 +245,9 @@ def test_train_ae_killed_resumes_to_the_same_weights(toy, tmp_path):
 
     from safetensors.torch import load_file
 
-    # Every checkpoint is kept, so that a failure can say at which step the two runs part.
-    args = ["train-ae", "--data", toy / "store", "--preset", "tiny", "--steps", "300", "--decoder-steps", "100",
-            "--learning-rate", "3e-3", "--checkpoint-every", "25", "--keep-checkpoints", "20"]
-    cli(*args, "--out", tmp_path / "ref", check=True)
-    run = tmp_path / "run"
+    # The shared toy AE is the uninterrupted reference: the same command, every checkpoint kept.
+    args = [*TOY_AE, "--data", toy / "store"]
+    ref, run = toy / "ae", tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "gamengen", *map(str, args), "--out", str(run)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 300
@@ -261,7 +259,7 @@ def test_train_ae_killed_resumes_to_the_same_weights(toy, tmp_path):
     assert not (run / "gamengen_ae.json").exists()  # killed before the end
     left = sorted(p.name for p in (run / "checkpoints").iterdir())
     cli(*args, "--out", run, check=True)
-    parted = differing_checkpoints(tmp_path / "ref", run)
+    parted = differing_checkpoints(ref, run)
     if parted and parted[0] <= "step-00000050":
         # The killed run had parted from the reference *before* the kill: two uninterrupted runs of one
         # command differed, which is not the resume's doing. Judge the resume from the reference's own
@@ -270,20 +268,21 @@ def test_train_ae_killed_resumes_to_the_same_weights(toy, tmp_path):
         warnings.warn(f"two uninterrupted train-ae runs differed from {parted[0]} on; "
                       "judging the resume from the reference's step-50 checkpoint")
         run = tmp_path / "again"
-        shutil.copytree(tmp_path / "ref" / "checkpoints" / "step-00000050", run / "checkpoints" / "step-00000050")
+        shutil.copytree(ref / "checkpoints" / "step-00000050", run / "checkpoints" / "step-00000050")
         cli(*args, "--out", run, check=True)
-        left, parted = ["step-00000050 (the reference's)"], differing_checkpoints(tmp_path / "ref", run)
-    ref = load_file(tmp_path / "ref" / "diffusion_pytorch_model.safetensors")
+        left, parted = ["step-00000050 (the reference's)"], differing_checkpoints(ref, run)
+    want = load_file(ref / "diffusion_pytorch_model.safetensors")
     got = load_file(run / "diffusion_pytorch_model.safetensors")
-    assert ref.keys() == got.keys()
-    differ = {k: float((ref[k] - got[k]).abs().max()) for k in ref if not torch.equal(ref[k], got[k])}
+    assert want.keys() == got.keys()
+    differ = {k: float((want[k] - got[k]).abs().max()) for k in want if not torch.equal(want[k], got[k])}
     assert not differ, (f"resumed from {left}; the checkpoints that differ from the uninterrupted run's: {parted}; "
-                        f"{len(differ)} of {len(ref)} final tensors differ, e.g. {list(differ.items())[:3]}")
+                        f"{len(differ)} of {len(want)} final tensors differ, e.g. {list(differ.items())[:3]}")
     assert json.loads((run / "gamengen_ae.json").read_text())["scale"] == \
-        json.loads((tmp_path / "ref" / "gamengen_ae.json").read_text())["scale"]
+        json.loads((ref / "gamengen_ae.json").read_text())["scale"]
     # resuming with other settings is refused, and changes nothing
     before = snapshot(run)
-    res = cli(*args[:-6], "--learning-rate", "1e-3", "--checkpoint-every", "25", "--out", run)
+    other = [a if a != "3e-3" else "1e-3" for a in args]
+    res = cli(*other, "--out", run)
     assert res.returncode == 2 and "other settings (learning_rate)" in res.stderr
     assert snapshot(run) == before
 
