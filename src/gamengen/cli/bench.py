@@ -42,7 +42,7 @@ def bench_record_cmd(
 
 @bench_app.command("train")
 def bench_train_cmd(
-    preset: str = typer.Option("cpu", help="tiny, cpu, cpu-m or paper (the paper's at 320x240)."),
+    preset: str = typer.Option("cpu", help="tiny, cpu, cpu-m, cpu-l or paper (the paper's at 320x240)."),
     steps: int = typer.Option(10, help="Timed steps per precision (after 2 warm-up steps)."),
     as_json: bool = typer.Option(False, "--json"),
 ):

@@ -59,7 +59,7 @@ def train(
     data: Path = typer.Option(..., "--data", help="Trajectory store."),
     ae: Path = typer.Option(..., "--ae", help="Autoencoder folder from `gamengen train-ae`."),
     out: Path = typer.Option(..., "--out", help="Run folder (created, or resumed if it exists)."),
-    preset: str = typer.Option("cpu", help="tiny, cpu, cpu-m or paper (the U-Net's size)."),
+    preset: str = typer.Option("cpu", help="tiny, cpu, cpu-m, cpu-l or paper (the U-Net's size)."),
     steps: Optional[int] = typer.Option(None, help="Total optimizer steps (default 20000)."),
     batch_size: Optional[int] = typer.Option(None, help="Global batch over all processes."),
     context: Optional[int] = typer.Option(None, help="Context length N (paper: 64)."),
