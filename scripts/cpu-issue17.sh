@@ -22,7 +22,8 @@
 # ctx4 / ctx8 (context length), cpu (the smaller U-Net at context 16), unroll (a quarter of the
 # contexts end in the model's own prediction), residual (diffuse the change from the last frame).
 # One change each against base; combo joins the two winners at equal time (unroll + lognormal);
-# large is combo on the cpu-l U-Net (1.5x the width), the size lever against combo.
+# large is combo on the cpu-l U-Net (1.5x the width), the size lever against combo; noise0.3 and
+# noise0.1 are combo with less noise augmentation of the context (the paper's maximum level is 0.7).
 #
 # The long runs (ae, wm) first restore their checkpoint parked in carry/ when this machine has none,
 # so a fresh machine resumes them; `scripts/carry.sh park runs/NAME` parks one before a session ends.
@@ -71,7 +72,7 @@ case "${1:?usage: scripts/cpu-issue17.sh data|ae|eval-ae|wm LEVER|eval-wm LEVER|
     $GG eval ae --ae $long --data $evalk2 --out $long-eval --samples 256
     ;;
   wm|eval-wm|distill|eval-distill)
-    lever=${2:?which lever: base, lognormal, ctx4, ctx8, cpu, unroll, residual, combo or large}
+    lever=${2:?which lever: base, lognormal, ctx4, ctx8, cpu, unroll, residual, combo, large, noise0.3 or noise0.1}
     case "$lever" in
       base) flags="--preset cpu-m" ;;
       lognormal) flags="--preset cpu-m --timesteps lognormal" ;;
@@ -82,6 +83,7 @@ case "${1:?usage: scripts/cpu-issue17.sh data|ae|eval-ae|wm LEVER|eval-wm LEVER|
       residual) flags="--preset cpu-m --residual" ;;
       combo) flags="--preset cpu-m --unroll 0.25 --timesteps lognormal" ;;
       large) flags="--preset cpu-l --unroll 0.25 --timesteps lognormal" ;;
+      noise0.3|noise0.1) flags="--preset cpu-m --unroll 0.25 --timesteps lognormal --max-noise-level ${lever#noise}" ;;
       *) echo "unknown lever $lever" >&2; exit 2 ;;
     esac
     case "$1" in

@@ -155,6 +155,31 @@ def test_bad_inputs_are_one_line_exit_2(toy, tmp_path):
 
 
 
+def test_train_init_starts_from_a_models_weights_and_refuses_another_size(toy, toy_model, tmp_path):
+    """`train --init MODEL`: a new run starts from MODEL's weights (its first loss is the trained
+    model's, not a random network's, on the same seeded draws) and counts MODEL's steps; a model of
+    another size, or a missing one, is refused in one line before anything is written."""
+    from gamengen.models.world_model import WorldModel
+
+    out = tmp_path / "warm"
+    cli("train", "--data", toy / "store", "--ae", toy / "ae", "--out", out, *TINY, "--steps", "5",
+        "--init", toy_model, check=True)
+    warm = json.loads((out / "losses.json").read_text())
+    fresh = json.loads((toy / "run" / "losses.json").read_text())  # the same command's draws, from random weights
+    assert warm[0] < 0.7 * fresh[0], (warm[:3], fresh[:3])
+    meta, _ = WorldModel.read_meta(out / "model")
+    assert meta.train_steps == 600 + 5
+    assert "Started from the weights of" in (out / "model" / "README.md").read_text()
+    for name, args in {"another size": ["--data", toy / "store", "--ae", toy / "ae", "--context", "8"],
+                       "a missing model": ["--data", toy / "store", "--ae", toy / "ae", "--init", tmp_path / "nope"]
+                       }.items():
+        res = cli("train", *args, "--preset", "tiny", "--out", tmp_path / "refused", "--steps", "2",
+                  *(["--init", toy_model] if "--init" not in args else []))
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode == 2 and len(lines) == 1 and "fix:" in lines[0], (name, res.stderr)
+        assert not (tmp_path / "refused").exists(), name
+
+
 def test_distill_and_runtime_bad_inputs_are_one_line_exit_2(toy, toy_model, tmp_path):
     store16 = tmp_path / "store16"
     cli("record", "--env", "toy:cursor", "--resolution", "16x16", "--steps", "50", "--out", store16, check=True)
@@ -411,12 +436,14 @@ def test_training_with_unrolls_lognormal_timesteps_and_residual_runs_both_data_p
     for extra in ([], ["--batched-data"]):
         out = tmp_path / f"run{len(extra)}"
         cli("train", "--data", toy / "store", "--ae", toy / "ae", "--out", out, *TINY, "--steps", "12",
-            "--unroll", "0.5", "--timesteps", "lognormal", "--residual", *extra, check=True)
+            "--unroll", "0.5", "--timesteps", "lognormal", "--residual", "--max-noise-level", "0.3", *extra,
+            check=True)
         meta = json.loads((out / "model" / "gamengen_wm.json").read_text())["meta"]
         assert meta["denoiser"]["unroll"] == 0.5 and meta["denoiser"]["timesteps"] == "lognormal"
-        assert meta["denoiser"]["residual"] is True
-    bad = cli("train", "--data", toy / "store", "--ae", toy / "ae", "--out", tmp_path / "bad", "--unroll", "2")
-    assert bad.returncode == 2 and "--unroll" in bad.stderr and not (tmp_path / "bad").exists()
+        assert meta["denoiser"]["residual"] is True and meta["denoiser"]["max_noise_level"] == 0.3
+    for flag, value in (("--unroll", "2"), ("--max-noise-level", "-1")):
+        bad = cli("train", "--data", toy / "store", "--ae", toy / "ae", "--out", tmp_path / "bad", flag, value)
+        assert bad.returncode == 2 and flag in bad.stderr and not (tmp_path / "bad").exists()
 
 
 def test_train_ae_learns_several_games_and_refuses_mixed_sizes(doom_store, toy, tmp_path):

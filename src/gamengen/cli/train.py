@@ -72,11 +72,14 @@ def train(
                                            "1-step prediction (a drift remedy; 0: off, as the paper)."),
     residual: bool = typer.Option(False, help="Diffuse the change from the last context frame instead of "
                                               "the frame (a parameterisation lever; off: the paper's)."),
+    max_noise_level: float = typer.Option(0.7, help="Noise augmentation: context noise levels are drawn from "
+                                                    "[0, this] (paper §3.2.1: 0.7; 0: off)."),
     batched_data: bool = typer.Option(False, help="Gather batches and draw noise on the training device (for GPUs)."),
     checkpoint_every: Optional[int] = typer.Option(None),
     sample_every: Optional[int] = typer.Option(None),
     seed: int = typer.Option(0),
     max_minutes: Optional[float] = typer.Option(None, help="Stop after about this many minutes, exporting the model at the step reached (the same command resumes)."),
+    init: Optional[Path] = typer.Option(None, help="A world model folder (same preset, game and AE) whose weights a new run starts from, with a fresh optimizer."),
 ):
     """Train the action-conditioned diffusion world model. Works under `accelerate launch`."""
     import dataclasses
@@ -87,15 +90,19 @@ def train(
 
     if timesteps not in TIMESTEP_DRAWS:
         raise UserError(f"--timesteps {timesteps} is not known", "pass one of: " + ", ".join(TIMESTEP_DRAWS))
+    if not 0.0 <= max_noise_level <= 1.0:
+        raise UserError(f"--max-noise-level {max_noise_level} is outside [0, 1]", "pass e.g. 0.7 (the paper's) or 0.3")
     if not 0.0 <= unroll <= 1.0:
         raise UserError(f"--unroll {unroll} is not a share", "pass a number from 0 to 1, e.g. --unroll 0.25")
 
     given = {"steps": steps, "batch_size": batch_size, "context": context, "learning_rate": learning_rate,
              "max_frames": max_frames, "max_minutes": max_minutes,
              "checkpoint_every": checkpoint_every, "sample_every": sample_every}
-    cfg = TrainConfig.from_preset(preset, bf16=bf16, seed=seed, batched_data=batched_data, **{k: v for k, v in given.items() if v is not None})
+    cfg = TrainConfig.from_preset(preset, bf16=bf16, seed=seed, batched_data=batched_data,
+                                  init=str(init.resolve()) if init else None,
+                                  **{k: v for k, v in given.items() if v is not None})
     cfg = dataclasses.replace(cfg, denoiser=dataclasses.replace(cfg.denoiser, timesteps=timesteps, unroll=unroll,
-                                                                   residual=residual))
+                                                                   residual=residual, max_noise_level=max_noise_level))
     with progress_bar(f"training ({preset} preset)", cfg.steps) as advance:
         losses = run_train(data, ae, out, cfg, step_reporter(advance),
                            warn=lambda m: typer.echo(f"warning: {m}", err=True))

@@ -159,6 +159,9 @@ def _teacher_forced(res: dict, out: Path) -> list[tuple]:
         label = "all frames" if name == "all" else f"moving frames (copy-last < {tf['moving_db']:.0f} dB)"
         rows.append([label, str(r["model"].get("n", 0)), _fmt(r["model"]), _fmt(r["copy_last"]), _fmt(r["ae"]),
                      _fmt(r["model_ssim"], 3), _fmt(r["model_lpips"], 3), _fmt(r["copy_last_lpips"], 3)])
+    for action, r in sorted(tf.get("moving_by_action", {}).items()):
+        rows.append([f"moving, action {action}", str(r["model"].get("n", 0)), _fmt(r["model"]), _fmt(r["copy_last"]),
+                     _fmt(r["ae"]), "", "", ""])
     rows.append(["paper (DOOM, TPU-scale model)", "", f"{PAPER['tf_psnr']}", "", "", "", f"{PAPER['tf_lpips']}", ""])
     b.append(("table", ["frames", "n", "model PSNR", "copy-last PSNR", "AE ceiling PSNR", "model SSIM",
                         "model LPIPS", "copy-last LPIPS"], rows))

@@ -101,6 +101,11 @@ class TrainConfig:
     # (data/latents.DeviceWindows, TrainingNoise.draw_batch) instead of sample by sample: what a
     # GPU needs to be fed. Resumes exactly, but the draws then depend on the process count.
     batched_data: bool = False
+    # A world model folder (`gamengen train`'s model/) whose U-Net weights a new run starts from,
+    # with a fresh optimizer: a warm start, not a resume. It must have this preset's network, this
+    # store's actions and this AE's encoder (the same latents). A run of a size whose checkpoint is
+    # too big to carry between machines continues from its exported model this way.
+    init: str | None = None
     denoiser: DenoiserConfig = field(default_factory=DenoiserConfig)
 
     @classmethod
@@ -175,6 +180,7 @@ def _upgrade_old_settings(old: dict) -> None:
     old.get("denoiser", {}).setdefault("timesteps", "uniform")  # runs from before the choice drew uniformly
     old.get("denoiser", {}).setdefault("unroll", 0.0)  # and had no unrolls
     old.get("denoiser", {}).setdefault("residual", False)  # and diffused the frame itself
+    old.setdefault("init", None)  # and started from random weights
 
 
 def sample_grid(denoiser: Denoiser, codec, windows: LatentWindows, n: int, sampler: SamplerConfig) -> np.ndarray:
@@ -205,6 +211,7 @@ def train(data: str | os.PathLike, ae: str | os.PathLike, out: str | os.PathLike
     if cfg.batch_size % accelerator.num_processes:
         raise UserError(f"batch size {cfg.batch_size} does not split over {accelerator.num_processes} processes",
                         "pick a --batch-size that is a multiple of the process count")
+    init = _init_weights(cfg, codec, list(spec.action_set.names))
     run = RunFolder(out, {**cfg.to_json(), "data": str(data.resolve()), "ae": str(ae.resolve())},
                     keep=cfg.keep_checkpoints, upgrade=_upgrade_old_settings)
     if main:
@@ -216,7 +223,7 @@ def train(data: str | os.PathLike, ae: str | os.PathLike, out: str | os.PathLike
     accelerator.wait_for_everyone()
     windows = LatentWindows(store, cache, train_recs, cfg.context)
     batched = DeviceWindows(windows, accelerator.device) if cfg.batched_data else None
-    net, opt, ema, start, losses = _build_or_resume(cfg, codec, len(spec.action_set), run,
+    net, opt, ema, start, losses = _build_or_resume(cfg, codec, len(spec.action_set), init, run,
                                                     warn if main else (lambda m: None))
     net, opt = accelerator.prepare(net, opt)
     ema.to(accelerator.device)
@@ -301,16 +308,18 @@ def _open_inputs(data: Path, ae: Path, cfg: TrainConfig):
     return codec, store, train_recs
 
 
-def _build_or_resume(cfg: TrainConfig, codec, n_actions: int, run: RunFolder, warn):
-    """The network, its optimizer and EMA, fresh or from the run's newest checkpoint; -> (net, opt,
-    ema, first step, losses so far)."""
+def _build_or_resume(cfg: TrainConfig, codec, n_actions: int, init: dict | None, run: RunFolder, warn):
+    """The network, its optimizer and EMA, fresh (from random weights, or ``init``'s) or from the
+    run's newest checkpoint; -> (net, opt, ema, first step, losses so far)."""
     from diffusers.training_utils import EMAModel
 
     torch.manual_seed(cfg.seed)  # the initial weights, the same in every process and every rerun
     net = build_network(cfg, codec, n_actions)
-    opt = torch.optim.Adafactor(net.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
-    ema = EMAModel(net.parameters(), decay=cfg.ema_decay)
     state = run.resume(warn)
+    if state is None and init is not None:
+        net.load_state_dict(init)
+    opt = torch.optim.Adafactor(net.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
+    ema = EMAModel(net.parameters(), decay=cfg.ema_decay)  # from the initial weights
     if state is None:
         return net, opt, ema, 0, []
     net.load_state_dict(state["model"])
@@ -318,6 +327,26 @@ def _build_or_resume(cfg: TrainConfig, codec, n_actions: int, run: RunFolder, wa
     ema.load_state_dict(state["ema"])
     checkpoint.set_rng_state(state["rng"])
     return net, opt, ema, int(state["step"]), list(state["losses"])
+
+
+def _init_weights(cfg: TrainConfig, codec, actions: list[str]) -> dict | None:
+    """The U-Net weights of the ``cfg.init`` model, checked against this run before anything is
+    written; a model of another game, AE or size is refused in one line."""
+    if not cfg.init:
+        return None
+    folder = Path(cfg.init)
+    other = WorldModel.from_pretrained(folder)
+    fix = "pass --init a model trained with the same --preset, the store's game and the --ae, or leave --init out"
+    if other.meta.actions != actions:
+        raise UserError(f"the world model in {folder} has actions {other.meta.actions}, the store {actions}", fix)
+    if other.codec.encoder_id() != codec.encoder_id():
+        raise UserError(f"the world model in {folder} was trained on other latents (its AE's encoder is not "
+                        "the --ae's)", fix)
+    mine, theirs = build_network(cfg, codec, len(actions)).state_dict(), other.net.state_dict()
+    if mine.keys() != theirs.keys() or any(mine[k].shape != theirs[k].shape for k in mine):
+        raise UserError(f"the world model in {folder} is a {other.meta.preset} network with context "
+                        f"{other.meta.context}, not this run's {cfg.preset} with context {cfg.context}", fix)
+    return theirs
 
 
 class ema_weights:
@@ -336,9 +365,16 @@ class ema_weights:
 
 
 def export_model(net, codec, out: Path, cfg: TrainConfig, spec, steps: int, data: Path) -> None:
-    """A self-contained model folder (models/world_model.WorldModel) with the default sampler."""
+    """A self-contained model folder (models/world_model.WorldModel) with the default sampler;
+    ``train_steps`` counts the steps of a ``cfg.init`` model too."""
+    note = f"\nTrained on `{data}`.\n"
+    if cfg.init:
+        prior = WorldModel.read_meta(cfg.init)[0].train_steps if Path(cfg.init).exists() else None
+        note += (f"Started from the weights of `{cfg.init}` ({prior if prior is not None else 'an unknown number of'} "
+                 f"steps), then trained {steps} steps with a fresh optimizer.\n")
+        steps += prior or 0
     meta = WorldModelMeta(env_id=spec.env_id, action_set=spec.action_set.to_json(), height=spec.height,
                           width=spec.width, fps=spec.fps, frame_skip=spec.frame_skip, context=cfg.context,
                           heldout=cfg.heldout, preset=cfg.preset, train_steps=steps, denoiser=cfg.denoiser)
     model = WorldModel(net, codec, meta, SamplerConfig())
-    model.save_pretrained(out, model.default_card() + f"\nTrained on `{data}`.\n")
+    model.save_pretrained(out, model.default_card() + note)
