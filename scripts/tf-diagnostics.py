@@ -1,12 +1,14 @@
 """Where a world model's teacher-forced error lies, on moving held-out frames (issue 17).
 
-    .venv/bin/python scripts/tf-diagnostics.py MODEL STORE [--samples 60] [--strip OUT.png]
+    .venv/bin/python scripts/tf-diagnostics.py MODEL STORE [--samples 60] [--split train] [--strip OUT.png]
 
 For each moving frame (copy-last below 30 dB) of STORE's held-out episodes, beside the model's
 prediction: a second prediction with other noise (do the model's samples agree, i.e. is the error
 a confident bias rather than spread?), the AE reconstruction, copy-last and the best horizontal
 shift of the last frame (is the change a pan?), and the latent MSE of the prediction and of the
-last frame against the truth's latent. Means per action taken into the frame. ``--strip`` writes
+last frame against the truth's latent. Means per action taken into the frame, then the model's and
+the AE's squared error per sixth of the frame's height (is the error where the monsters are, or
+everywhere?). ``--split train`` draws from the training episodes instead (over-fitting?). ``--strip`` writes
 rows of: two frames before, the last frame, the truth and their difference (x3).
 """
 
@@ -39,11 +41,12 @@ def main() -> None:
     ap.add_argument("model")
     ap.add_argument("store")
     ap.add_argument("--samples", type=int, default=60)
+    ap.add_argument("--split", choices=("heldout", "train"), default="heldout")
     ap.add_argument("--strip", default=None)
     a = ap.parse_args()
     world, store = NeuralWorld(a.model), Store.open(a.store)
-    held = split(store.episodes(), world.meta.heldout)[1]
-    rng, rows, acts, strip = np.random.default_rng(1), [], [], []
+    held = split(store.episodes(), world.meta.heldout)[a.split == "heldout"]
+    rng, rows, acts, strip, bands = np.random.default_rng(1), [], [], [], []
     while len(rows) < a.samples:
         rec = held[int(rng.integers(len(held)))]
         t = int(rng.integers(3, rec.length))
@@ -62,6 +65,7 @@ def main() -> None:
                      psnr(last, truth), shifted, px, float(((z["model"] - z["truth"]) ** 2).mean()),
                      float(((z["last"] - z["truth"]) ** 2).mean()), float((z["truth"] ** 2).mean())))
         acts.append(world.actions[int(actions[-1])])
+        bands.append([np.array_split(((x.astype(float) - truth) ** 2).mean(axis=(1, 2)), 6) for x in (preds[0], recon)])
         if a.strip and len(strip) < 6:
             diff = (np.abs(truth.astype(int) - last.astype(int)) * 3).clip(0, 255).astype(np.uint8)
             strip.append(np.concatenate([frames[-3], last, truth, diff], axis=1))
@@ -71,6 +75,9 @@ def main() -> None:
     for name in ["all", *dict.fromkeys(acts)]:
         r = rows if name == "all" else rows[acts == name]
         print(f"| {name} | {len(r)} | " + " | ".join(f"{v:.2f}" for v in r.mean(0)) + " |")
+    mse = np.array([[[b.mean() for b in x] for x in row] for row in bands]).mean(0)  # (model/AE, 6 bands)
+    print("squared error per sixth of the height, top to bottom: model " + " ".join(f"{v:.0f}" for v in mse[0])
+          + "; AE " + " ".join(f"{v:.0f}" for v in mse[1]) + "; model/AE " + " ".join(f"{v:.1f}" for v in mse[0] / mse[1]))
     if strip:
         from gamengen.atomic import write_png
 
