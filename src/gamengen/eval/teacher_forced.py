@@ -52,8 +52,7 @@ def teacher_forced(world, store, heldout, cfg: TeacherForcedConfig, lpips=None, 
     out = {"samples": len(rows), "heldout_episodes": len(heldout), "moving_db": MOVING_DB}
     for name, subset in (("all", rows), ("moving", moving)):
         out[name] = {k: summary(r[k] for r in subset if k in r) for k in KEYS}
-    # Moving frames by the action taken into them: where the gap to the AE ceiling lies (a model that
-    # trails copy-last on NOOP has not learnt to keep a still view still).
+    # Moving frames by the action taken into them: which actions the gap to the AE ceiling comes from.
     out["moving_by_action"] = {a: {k: summary(r[k] for r in moving if r["action"] == a) for k in KEYS[:3]}
                                for a in dict.fromkeys(r["action"] for r in moving)}
     out["rows"] = rows

@@ -55,8 +55,8 @@ UNET_PRESETS = {
     "cpu-m": {"block_out_channels": (64, 128, 128), "layers_per_block": 1, "cross_attention_dim": 64,
               "attention_head_dim": 8, "down_block_types": ("DownBlock2D",) * 3,
               "up_block_types": ("UpBlock2D",) * 3, "norm_num_groups": 8},
-    # The size lever's next step: cpu-m at 1.5x the width (2.2x the parameters and FLOPs per call),
-    # for a 1-step student that still plays above 20 FPS on 2 cores.
+    # The size lever's next step: cpu-m at 1.5x the width (2.2x the parameters; 1.8x the time of
+    # a training step on one core, docs/results.md).
     "cpu-l": {"block_out_channels": (96, 192, 192), "layers_per_block": 1, "cross_attention_dim": 64,
               "attention_head_dim": 8, "down_block_types": ("DownBlock2D",) * 3,
               "up_block_types": ("UpBlock2D",) * 3, "norm_num_groups": 8},
@@ -103,7 +103,8 @@ class TrainConfig:
     batched_data: bool = False
     # A world model folder (`gamengen train`'s model/) whose U-Net weights a new run starts from,
     # with a fresh optimizer: a warm start, not a resume. It must have this preset's network, this
-    # store's actions and this AE's encoder (the same latents). A run of a size whose checkpoint is
+    # store's actions and this AE's encoder (the same latents), and stay in place while the run
+    # resumes (its steps count in the exported model). A run of a size whose checkpoint is
     # too big to carry between machines continues from its exported model this way.
     init: str | None = None
     denoiser: DenoiserConfig = field(default_factory=DenoiserConfig)
@@ -211,7 +212,8 @@ def train(data: str | os.PathLike, ae: str | os.PathLike, out: str | os.PathLike
     if cfg.batch_size % accelerator.num_processes:
         raise UserError(f"batch size {cfg.batch_size} does not split over {accelerator.num_processes} processes",
                         "pick a --batch-size that is a multiple of the process count")
-    init = _init_weights(cfg, codec, list(spec.action_set.names))
+    init = _init_model(cfg, codec, list(spec.action_set.names))
+    init_steps = init.meta.train_steps if init else 0
     run = RunFolder(out, {**cfg.to_json(), "data": str(data.resolve()), "ae": str(ae.resolve())},
                     keep=cfg.keep_checkpoints, upgrade=_upgrade_old_settings)
     if main:
@@ -223,8 +225,10 @@ def train(data: str | os.PathLike, ae: str | os.PathLike, out: str | os.PathLike
     accelerator.wait_for_everyone()
     windows = LatentWindows(store, cache, train_recs, cfg.context)
     batched = DeviceWindows(windows, accelerator.device) if cfg.batched_data else None
-    net, opt, ema, start, losses = _build_or_resume(cfg, codec, len(spec.action_set), init, run,
+    net, opt, ema, start, losses = _build_or_resume(cfg, codec, len(spec.action_set),
+                                                    init.net.state_dict() if init else None, run,
                                                     warn if main else (lambda m: None))
+    del init  # its weights are in net now
     net, opt = accelerator.prepare(net, opt)
     ema.to(accelerator.device)
     plain = accelerator.unwrap_model(net)
@@ -284,7 +288,7 @@ def train(data: str | os.PathLike, ae: str | os.PathLike, out: str | os.PathLike
         if writer is not None:
             writer.close()
         with ema_weights(ema, plain):
-            export_model(plain, codec, out / "model", cfg, spec, len(losses), data)
+            export_model(plain, codec, out / "model", cfg, spec, len(losses), data, init_steps)
     accelerator.end_training()
     return losses
 
@@ -329,9 +333,10 @@ def _build_or_resume(cfg: TrainConfig, codec, n_actions: int, init: dict | None,
     return net, opt, ema, int(state["step"]), list(state["losses"])
 
 
-def _init_weights(cfg: TrainConfig, codec, actions: list[str]) -> dict | None:
-    """The U-Net weights of the ``cfg.init`` model, checked against this run before anything is
-    written; a model of another game, AE or size is refused in one line."""
+def _init_model(cfg: TrainConfig, codec, actions: list[str]) -> WorldModel | None:
+    """The ``cfg.init`` model, checked against this run before anything is written (and on every
+    resume, since its steps count in the export); a model of another game, AE or size is refused
+    in one line."""
     if not cfg.init:
         return None
     folder = Path(cfg.init)
@@ -346,7 +351,7 @@ def _init_weights(cfg: TrainConfig, codec, actions: list[str]) -> dict | None:
     if mine.keys() != theirs.keys() or any(mine[k].shape != theirs[k].shape for k in mine):
         raise UserError(f"the world model in {folder} is a {other.meta.preset} network with context "
                         f"{other.meta.context}, not this run's {cfg.preset} with context {cfg.context}", fix)
-    return theirs
+    return other
 
 
 class ema_weights:
@@ -364,15 +369,14 @@ class ema_weights:
         self.ema.restore(self.net.parameters())
 
 
-def export_model(net, codec, out: Path, cfg: TrainConfig, spec, steps: int, data: Path) -> None:
+def export_model(net, codec, out: Path, cfg: TrainConfig, spec, steps: int, data: Path, init_steps: int = 0) -> None:
     """A self-contained model folder (models/world_model.WorldModel) with the default sampler;
-    ``train_steps`` counts the steps of a ``cfg.init`` model too."""
+    ``train_steps`` counts the ``init_steps`` of a ``cfg.init`` model too."""
     note = f"\nTrained on `{data}`.\n"
     if cfg.init:
-        prior = WorldModel.read_meta(cfg.init)[0].train_steps if Path(cfg.init).exists() else None
-        note += (f"Started from the weights of `{cfg.init}` ({prior if prior is not None else 'an unknown number of'} "
-                 f"steps), then trained {steps} steps with a fresh optimizer.\n")
-        steps += prior or 0
+        note += (f"Started from the weights of `{cfg.init}` ({init_steps} steps), then trained {steps} steps "
+                 "with a fresh optimizer.\n")
+    steps += init_steps
     meta = WorldModelMeta(env_id=spec.env_id, action_set=spec.action_set.to_json(), height=spec.height,
                           width=spec.width, fps=spec.fps, frame_skip=spec.frame_skip, context=cfg.context,
                           heldout=cfg.heldout, preset=cfg.preset, train_steps=steps, denoiser=cfg.denoiser)
