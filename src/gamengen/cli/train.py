@@ -1,4 +1,4 @@
-"""Training: `train-ae`, `train` (the world model), `agent` and `agent report` (PPO)."""
+"""Training: `train-ae`, `train` (the world model), `distill`, `tune-decoder`, `agent` and `agent report` (PPO)."""
 
 from __future__ import annotations
 
@@ -136,6 +136,39 @@ def distill(
                              warn=lambda m: typer.echo(f"warning: {m}", err=True), latents=latents)
     if losses:
         typer.echo(f"{out}: step {len(losses)}, loss {losses[-1]:.5f}; 1-step model in {out / 'model'}")
+
+
+@app.command("tune-decoder")
+def tune_decoder(
+    model: Path = typer.Option(..., "--model", help="A world model folder (a 1-step student or its teacher)."),
+    data: Path = typer.Option(..., "--data", help="A store of its game; only training episodes are read."),
+    out: Path = typer.Option(..., "--out", help="Run folder (created, or resumed if it exists); the model in OUT/model."),
+    steps: int = typer.Option(2000, help="Fine-tune steps."),
+    batch_size: int = typer.Option(16),
+    mix: float = typer.Option(0.25, help="Share of each batch that decodes the true frame's latent (keeps the AE ceiling)."),
+    learning_rate: float = typer.Option(1e-4, help="The decoder's (AdamW)."),
+    unet: bool = typer.Option(False, "--unet", help="Also fine-tune the U-Net, end to end through its sampler "
+                                                    "and the decoder (best on a 1-step student)."),
+    unet_learning_rate: float = typer.Option(3e-5, help="The U-Net's, with --unet."),
+    max_frames: Optional[int] = typer.Option(None, help="Read a seeded subset of about this many frames."),
+    latents: Optional[Path] = typer.Option(None, help="A latent-cache root to reuse, e.g. the AE run's latents/."),
+    checkpoint_every: int = typer.Option(100),
+    seed: int = typer.Option(0),
+    max_minutes: Optional[float] = typer.Option(None, help="Stop after about this many minutes, exporting the model at the step reached (the same command resumes)."),
+    bf16: bool = typer.Option(False, help="bf16 autocast (fast on CPUs with bf16 units; may change on resume)."),
+):
+    """Fine-tune what the player sees: the decoder (and with --unet the U-Net) on pixel MSE of the model's predictions."""
+    from ..train.decoder import DecoderTuneConfig
+    from ..train.decoder import tune_decoder as run_tune
+
+    cfg = DecoderTuneConfig(steps=steps, batch_size=batch_size, mix=mix, learning_rate=learning_rate,
+                            unet_learning_rate=unet_learning_rate if unet else None, max_frames=max_frames, checkpoint_every=checkpoint_every, seed=seed,
+                            max_minutes=max_minutes, bf16=bf16)
+    with progress_bar("decoder steps", steps) as advance:
+        losses = run_tune(model, data, out, cfg, step_reporter(advance),
+                          warn=lambda m: typer.echo(f"warning: {m}", err=True), latents=latents)
+    if losses:
+        typer.echo(f"{out}: step {len(losses)}, pixel MSE {losses[-1]:.5f}; model in {out / 'model'}")
 
 
 agent_app = typer.Typer(help="Stage 1: a PPO agent that plays the game; its whole training run is recorded.")

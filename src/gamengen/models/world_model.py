@@ -70,6 +70,8 @@ class WorldModelMeta:
     denoiser: DenoiserConfig = field(default_factory=DenoiserConfig)
     distilled_from: str | None = None  # the teacher's folder, for a `gamengen distill` student
     distill_steps: int | None = None
+    tuned_from: str | None = None  # the folder a `gamengen tune-decoder` run fine-tuned on pixels
+    tune_steps: int | None = None
 
     @property
     def actions(self) -> list[str]:
@@ -169,6 +171,8 @@ class WorldModel:
         m, s = self.meta, self.sampler
         how = (f"the 1-step student of `{m.distilled_from}` ({m.distill_steps} distillation steps)"
                if m.distilled_from else f"trained {m.train_steps} steps")
+        if m.tuned_from:
+            how += f", then fine-tuned on pixels from `{m.tuned_from}` ({m.tune_steps} `tune-decoder` steps)"
         return (f"# gamengen world model ({m.preset} preset)\n\n"
                 f"Action-conditioned latent diffusion (GameNGen) for `{m.env_id}` at {m.width}x{m.height}, "
                 f"context {m.context}, {how}; it plays with {s.steps} {s.solver.upper()} steps, CFG weight "

@@ -33,7 +33,7 @@ from ..data.latents import LatentCache, LatentWindows, split
 from ..data.store import Store
 from ..errors import UserError
 from ..models.world_model import WorldModel
-from .run import Deadline, RunFolder, descend
+from .run import Deadline, RunFolder, descend, end_step
 from .world_model import TrainConfig, batch_of, draws_for, subset
 
 
@@ -62,27 +62,15 @@ def distill(teacher_dir: str | Path, data: str | Path, out: str | Path, cfg: Dis
     from ..diffusion.denoiser import Denoiser
     from ..diffusion.sampling import solve
 
-    teacher_dir, data, out = Path(teacher_dir), Path(data), Path(out)
-    meta, sampler = WorldModel.read_meta(teacher_dir)
-    if meta.distilled_from is not None:
+    teacher_dir, out = Path(teacher_dir), Path(out)
+    if WorldModel.read_meta(teacher_dir)[0].distilled_from is not None:
         raise UserError(f"{teacher_dir} is already a 1-step model", "distill the model it was distilled from")
-    store = Store.open(data)
-    meta.check_store(store.spec, data)
+    model, store, tcfg, windows, run = open_model_run(teacher_dir, data, out, cfg, "teacher", latents)
+    meta, sampler = model.meta, model.sampler
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = WorldModel.from_pretrained(teacher_dir)
     codec, teacher = model.codec, model.net.requires_grad_(False)
     codec.ae.to(device)
     teacher.to(device)
-    # the teacher's window split and noise draws, seeded by ours
-    tcfg = TrainConfig(context=meta.context, heldout=meta.heldout, seed=cfg.seed, denoiser=meta.denoiser)
-    recs = subset(split(store.episodes(), tcfg.heldout)[0], cfg.max_frames, cfg.seed)
-    if not recs:
-        raise UserError(f"store {data} has no training episodes", "record some with `gamengen record`")
-    run = RunFolder(out, {**asdict(cfg), "teacher": str(teacher_dir.resolve()), "data": str(data.resolve())},
-                    keep=cfg.keep_checkpoints).open()
-    cache = LatentCache(codec, Path(latents) if latents else out / "latents")
-    cache.build(store, recs)
-    windows = LatentWindows(store, cache, recs, tcfg.context)
     guided = Denoiser(teacher, meta.denoiser)
     teacher_sampler = replace(sampler, steps=cfg.teacher_steps)
     one_step = guided.schedule("ddim", 1)  # the student plays in one DDIM step, from the same noise
@@ -108,16 +96,34 @@ def distill(teacher_dir: str | Path, data: str | Path, out: str | Path, cfg: Dis
         descend(loss, opt, student.parameters(), cfg.grad_clip)
         losses.append(float(loss.detach()))
         report(step + 1, cfg.steps, losses[-1])
-        if deadline.passed():
-            last = step + 1
-        if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == last:
-            run.save(step + 1, {"model": student.state_dict(), "step": step + 1, "optimizer": opt.state_dict(),
-                                "losses": losses})
-            run.write_losses(losses)
-        if step + 1 == last:
+        last, stop = end_step(run, deadline, step + 1, last, cfg.checkpoint_every, lambda: {
+            "model": student.state_dict(), "step": step + 1, "optimizer": opt.state_dict(), "losses": losses}, losses)
+        if stop:
             break
     _export(student.eval(), model, teacher_dir, out / "model", cfg, len(losses))
     return losses
+
+
+def open_model_run(model_dir: Path, data: str | Path, out: Path, cfg, role: str, latents: str | Path | None):
+    """What a run on top of a model folder (`distill`, `tune-decoder`) opens first: the model; its
+    store, checked against it; the model's window split of the training episodes (``cfg.max_frames``
+    of them) with draws seeded by ``cfg.seed``; the run folder, whose settings are ``cfg`` with the
+    model's (under ``role``) and the store's paths; and the latent cache (``latents``, or the run's).
+    -> (model, store, the TrainConfig of the draws, windows, run folder)"""
+    data = Path(data)
+    meta, _ = WorldModel.read_meta(model_dir)
+    store = Store.open(data)
+    meta.check_store(store.spec, data)
+    model = WorldModel.from_pretrained(model_dir)
+    tcfg = TrainConfig(context=meta.context, heldout=meta.heldout, seed=cfg.seed, denoiser=meta.denoiser)
+    recs = subset(split(store.episodes(), tcfg.heldout)[0], cfg.max_frames, cfg.seed)
+    if not recs:
+        raise UserError(f"store {data} has no training episodes", "record some with `gamengen record`")
+    run = RunFolder(out, {**asdict(cfg), role: str(model_dir.resolve()), "data": str(data.resolve())},
+                    keep=cfg.keep_checkpoints).open()
+    cache = LatentCache(model.codec, Path(latents) if latents else out / "latents")
+    cache.build(store, recs)
+    return model, store, tcfg, LatentWindows(store, cache, recs, tcfg.context), run
 
 
 def _export(student, teacher: WorldModel, teacher_dir: Path, out: Path, cfg: DistillConfig, steps: int) -> None:

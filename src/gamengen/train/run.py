@@ -97,6 +97,18 @@ def descend(loss, optimizer, params, grad_clip: float) -> None:
     optimizer.step()
 
 
+def end_step(run: RunFolder, deadline: "Deadline", done: int, last: int, every: int, state: Callable[[], dict],
+             losses: list[float]) -> tuple[int, bool]:
+    """After step ``done`` of a loop that keeps ``losses``: the time budget may make it the last;
+    checkpoint every ``every`` steps and at the last. -> (the last step, whether to stop now)."""
+    if deadline.passed():
+        last = done
+    if done % every == 0 or done == last:
+        run.save(done, state())
+        run.write_losses(losses)
+    return last, done == last
+
+
 class Deadline:
     """``max_minutes`` of this invocation (None: no limit). Under several processes all stop at the
     same step: the first clock past the deadline decides for all."""
