@@ -97,12 +97,12 @@ def tune_decoder(model_dir: str | Path, data: str | Path, out: str | Path, cfg: 
     from ..diffusion.denoiser import Denoiser
 
     model_dir, out = Path(model_dir), Path(out)
-    model, store, tcfg, windows, run = open_model_run(model_dir, data, out, cfg, "model", latents)
-    codec, sampler = model.codec, model.sampler
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model, store, tcfg, windows, run = open_model_run(model_dir, data, out, cfg, "model", latents, device)
+    codec, sampler = model.codec, model.sampler
     targets = TargetFrames(store, windows)
     unet = cfg.unet_learning_rate is not None
-    net, ae = model.net.to(device).eval().requires_grad_(unet), codec.ae.to(device).requires_grad_(False)
+    net, ae = model.net.to(device).eval().requires_grad_(unet), codec.ae.requires_grad_(False)
     denoiser = Denoiser(net, model.meta.denoiser)
     decoder = list(ae.decoder.parameters()) + list(ae.post_quant_conv.parameters())
     for p in decoder:

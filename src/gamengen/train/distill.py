@@ -65,11 +65,10 @@ def distill(teacher_dir: str | Path, data: str | Path, out: str | Path, cfg: Dis
     teacher_dir, out = Path(teacher_dir), Path(out)
     if WorldModel.read_meta(teacher_dir)[0].distilled_from is not None:
         raise UserError(f"{teacher_dir} is already a 1-step model", "distill the model it was distilled from")
-    model, store, tcfg, windows, run = open_model_run(teacher_dir, data, out, cfg, "teacher", latents)
-    meta, sampler = model.meta, model.sampler
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model, store, tcfg, windows, run = open_model_run(teacher_dir, data, out, cfg, "teacher", latents, device)
+    meta, sampler = model.meta, model.sampler
     codec, teacher = model.codec, model.net.requires_grad_(False)
-    codec.ae.to(device)
     teacher.to(device)
     guided = Denoiser(teacher, meta.denoiser)
     teacher_sampler = replace(sampler, steps=cfg.teacher_steps)
@@ -104,17 +103,19 @@ def distill(teacher_dir: str | Path, data: str | Path, out: str | Path, cfg: Dis
     return losses
 
 
-def open_model_run(model_dir: Path, data: str | Path, out: Path, cfg, role: str, latents: str | Path | None):
+def open_model_run(model_dir: Path, data: str | Path, out: Path, cfg, role: str, latents: str | Path | None,
+                   device: torch.device):
     """What a run on top of a model folder (`distill`, `tune-decoder`) opens first: the model; its
     store, checked against it; the model's window split of the training episodes (``cfg.max_frames``
     of them) with draws seeded by ``cfg.seed``; the run folder, whose settings are ``cfg`` with the
-    model's (under ``role``) and the store's paths; and the latent cache (``latents``, or the run's).
-    -> (model, store, the TrainConfig of the draws, windows, run folder)"""
+    model's (under ``role``) and the store's paths; and the latent cache (``latents``, or the run's),
+    encoded with the AE already on ``device``. -> (model, store, the TrainConfig of the draws, windows, run folder)"""
     data = Path(data)
     meta, _ = WorldModel.read_meta(model_dir)
     store = Store.open(data)
     meta.check_store(store.spec, data)
     model = WorldModel.from_pretrained(model_dir)
+    model.codec.ae.to(device)
     tcfg = TrainConfig(context=meta.context, heldout=meta.heldout, seed=cfg.seed, denoiser=meta.denoiser)
     recs = subset(split(store.episodes(), tcfg.heldout)[0], cfg.max_frames, cfg.seed)
     if not recs:
