@@ -9,17 +9,24 @@
 #                                     # L = scratch (cpu preset), init (cpu, from the bundled model's AE),
 #                                     # 16ch (cpu-16ch from scratch); scored by `ae-eval runs/ae18-L`
 #   scripts/cpu-issue18.sh ae-eval DIR  # an AE's ceiling on each game's held-out frames (DIR-eval/<game>)
-#   scripts/cpu-issue18.sh ae         # the 2D AE of every game, long (continues the lever winner)
+#   scripts/cpu-issue18.sh ae         # the 2D AE of every game: cpu-16ch on whole frames (issue 17's winner),
+#                                     # started from the bundled defend_the_center AE, MINUTES (default 25), bf16
 #   scripts/cpu-issue18.sh vae        # the video VAE over it, on every game (AE may name another)
 #   scripts/cpu-issue18.sh train      # the cpu clip model on every curated game (MINUTES per call)
+#   scripts/cpu-issue18.sh lever L    # one clip-model candidate for MINUTES (default 25) of one core, bf16:
+#                                     # L = paper (cross-attention only), pooled (--pooled-text),
+#                                     # short (--captions short, the paper's caption ablation, on the
+#                                     # pooled model); in runs/clip18-L, scored by `eval runs/clip18-L`
+#   scripts/cpu-issue18.sh eval RUN   # `clip eval` of RUN/model on every game into RUN-eval, CLIPS (default 4)
+#                                     # prompts per game; JUDGE=EVAL_DIR reuses an earlier eval's judge
 #
-# GG (default .venv/bin/gamengen), AE and MINUTES (default 60) may be set.
+# GG (default .venv/bin/gamengen), AE and MINUTES (each stage has its default) may be set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GG=${GG:-.venv/bin/gamengen}
 AE=${AE:-runs/ae-games}
 stores=(); for d in data/clips/*/; do stores+=(--data "$d"); done
-case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval DIR|ae|vae|train}" in
+case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval DIR|ae|vae|train|lever L|eval RUN}" in
   record) scripts/record-clips.sh ;;
   curate)
     for store in data/clips/*/; do
@@ -48,6 +55,10 @@ case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval D
       $GG eval ae --ae "$dir" --data "$d" --out "${dir%/}-eval/$(basename "$d")" --samples 64 >/dev/null
     done
     ;;
+  ae)
+    OMP_NUM_THREADS=1 $GG train-ae "${stores[@]}" --out "$AE" --preset cpu-16ch --init models/defend-the-center/ae \
+      --steps 1000000 --decoder-steps 1000000 --checkpoint-every 200 --max-minutes "${MINUTES:-25}" --bf16
+    ;;
   vae)
     $GG clip train-vae "${stores[@]}" --ae "$AE" --out runs/vvae --steps 3000 \
       --max-minutes "${MINUTES:-60}"
@@ -57,5 +68,22 @@ case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval D
     $GG clip train "${data[@]}" --codec runs/vvae/model --text runs/clip-text --out runs/clip --preset cpu --steps 100000 \
       --max-minutes "${MINUTES:-60}"
     ;;
-  *) echo "unknown stage $1 (record, curate, text, ae-lever, ae-eval, ae, vae or train)" >&2; exit 2 ;;
+  lever)
+    case "${2:?which candidate: paper, pooled or short}" in
+      paper) flags="" ;;
+      pooled) flags="--pooled-text" ;;
+      short) flags="--pooled-text --captions short" ;;
+      *) echo "unknown candidate $2" >&2; exit 2 ;;
+    esac
+    data=(); for d in data/curated/*/; do data+=(--data "$d"); done
+    OMP_NUM_THREADS=1 $GG clip train "${data[@]}" --codec runs/vvae/model --text runs/clip-text --out "runs/clip18-$2" \
+      --preset cpu --steps 100000 --bf16 $flags --max-minutes "${MINUTES:-25}"
+    ;;
+  eval)
+    run=${2:?which clip run folder}
+    data=(); for d in data/curated/*/; do data+=(--data "$d"); done
+    OMP_NUM_THREADS=1 $GG clip eval --model "$run/model" "${data[@]}" --out "${run%/}-eval" --clips-per-game "${CLIPS:-4}" \
+      ${JUDGE:+--classifier "$JUDGE"}
+    ;;
+  *) echo "unknown stage $1 (record, curate, text, ae-lever, ae-eval, ae, vae, train, lever or eval)" >&2; exit 2 ;;
 esac

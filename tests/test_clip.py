@@ -119,7 +119,9 @@ def test_several_clip_datasets_train_as_one(trained, tmp_path):
     common = ["--codec", trained / "vae" / "model", "--text", trained / "run" / "text", "--preset", "tiny",
               "--steps", "3"]
     cli("clip", "train", "--data", trained / "clips", "--data", tmp_path / "clips2", "--out", tmp_path / "run",
-        *common, check=True)
+        *common, "--pooled-text", "--bf16", check=True)  # and the two levers of docs/gamegen_x.md reach the run
+    assert json.loads((tmp_path / "run" / "model" / "msdit" / "config.json").read_text())["pooled_text"] is True
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["bf16"] is True
     meta = json.loads((tmp_path / "run" / "model" / "gamengen_clip.json").read_text())["meta"]
     sizes = [len(ClipDataset.open(p)) for p in (trained / "clips", tmp_path / "clips2")]
     assert meta["dataset"]["clips"] == sum(sizes) and len(meta["dataset"]["paths"]) == 2, meta["dataset"]

@@ -11,10 +11,11 @@ from gamengen.models import msdit
 from gamengen.models.msdit import MSDIT_PRESETS, MSDiT
 
 
-def tiny(seed: int = 0, perturb: float | None = 0.1) -> MSDiT:
-    """The tiny preset; with perturb, every parameter moved off its (partly zero) init by N(0, perturb)."""
+def tiny(seed: int = 0, perturb: float | None = 0.1, **changes) -> MSDiT:
+    """The tiny preset (with config changes); with perturb, every parameter moved off its (partly zero)
+    init by N(0, perturb)."""
     torch.manual_seed(seed)
-    model = MSDiT(**MSDIT_PRESETS["tiny"]).eval()
+    model = MSDiT(**{**MSDIT_PRESETS["tiny"], **changes}).eval()
     if perturb:
         with torch.no_grad():
             for p in model.parameters():
@@ -84,8 +85,9 @@ def test_gradient_checkpointing_same_gradients():
     assert grads[0].abs().max() > 0 and torch.allclose(grads[0], grads[1], atol=1e-6)
 
 
-def test_text_mask():
-    model, kw = tiny(), inputs()
+@pytest.mark.parametrize("pooled_text", [False, True])
+def test_text_mask(pooled_text):
+    model, kw = tiny(pooled_text=pooled_text), inputs()
     base = run(model, kw)
     padded = dict(kw, encoder_hidden_states=kw["encoder_hidden_states"].clone())
     padded["encoder_hidden_states"][1, 3:] += 5.0  # under mask = False
@@ -97,13 +99,29 @@ def test_text_mask():
     assert torch.equal(changed[0], base[0])  # samples do not mix
 
 
-def test_empty_mask_is_null_text():
-    model, kw = tiny(), inputs()
+@pytest.mark.parametrize("pooled_text", [False, True])
+def test_empty_mask_is_null_text(pooled_text):
+    model, kw = tiny(pooled_text=pooled_text), inputs()
     B, L = kw["encoder_attention_mask"].shape
     dropped = run(model, dict(kw, encoder_attention_mask=torch.zeros(B, L, dtype=torch.bool)))
     text, mask = model.null_text(B, L)
     assert torch.equal(run(model, dict(kw, encoder_hidden_states=text, encoder_attention_mask=mask)), dropped)
     assert (dropped - run(model, kw)).abs().max() > 1e-3
+
+
+def test_pooled_text_reaches_the_modulation_without_cross_attention():
+    # With every cross-attention output zeroed, the caption can reach the velocity only through the
+    # pooled path: it must with pooled_text and must not without it.
+    kw = inputs()
+    other = dict(kw, encoder_hidden_states=kw["encoder_hidden_states"] + 1.0)
+    for pooled in (False, True):
+        model = tiny(pooled_text=pooled)
+        with torch.no_grad():
+            for b in (*model.spatial_blocks, *model.temporal_blocks):
+                b.cross.to_out[0].weight.zero_()
+                b.cross.to_out[0].bias.zero_()
+        moved = (run(model, other) - run(model, kw)).abs().max()
+        assert (moved > 1e-3) if pooled else (moved == 0), (pooled, moved)
 
 
 def test_metadata_and_timestep_matter():

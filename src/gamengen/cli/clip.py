@@ -91,13 +91,16 @@ def train(
                                                     "field alone: the paper's caption ablation)."),
     seed: int = typer.Option(0),
     max_minutes: Optional[float] = typer.Option(None, help="Stop after about this long, exporting the model at the step reached (the same command resumes)."),
+    bf16: bool = typer.Option(False, help="bf16 autocast (fast on CPUs with bf16 units; may change on resume)."),
+    pooled_text: bool = typer.Option(False, help="Add the caption's mean feature to MSDiT's conditioning, besides "
+                                                 "cross-attention (not in the paper; docs/gamegen_x.md)."),
 ):
     """Train the clip model: 75% text-to-clip, 25% continuation, 25% text dropout, rectified flow (§3.5)."""
     from ..train.clip import ClipTrainConfig, train_clip
 
     given = {"steps": steps, "batch_size": batch_size, "learning_rate": learning_rate, "text_steps": text_steps,
              "checkpoint_every": checkpoint_every, "max_minutes": max_minutes}
-    cfg = ClipTrainConfig.from_preset(preset, seed=seed, captions=captions, **{k: v for k, v in given.items() if v is not None})
+    cfg = ClipTrainConfig.from_preset(preset, seed=seed, captions=captions, bf16=bf16, pooled_text=pooled_text, **{k: v for k, v in given.items() if v is not None})
     last = [float("nan")]
     with progress_bar(f"clip model ({preset} preset)", cfg.steps) as advance:
         to_bar = step_reporter(advance)

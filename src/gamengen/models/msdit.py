@@ -107,7 +107,7 @@ class MSDiT(ModelMixin, ConfigMixin):
     @register_to_config
     def __init__(self, latent_channels: int = 4, patch_size: int = 2, hidden_size: int = 1152, num_layers: int = 28,
                  num_heads: int = 16, text_dim: int = 4096, frequency_dim: int = 256, qk_norm: str = "rms_norm",
-                 rope_theta: float = 10000.0):
+                 rope_theta: float = 10000.0, pooled_text: bool = False):
         super().__init__()
         D, p = hidden_size, patch_size
         if D % num_heads or (D // num_heads) % 4:
@@ -120,6 +120,10 @@ class MSDiT(ModelMixin, ConfigMixin):
         self.sinusoid = Timesteps(frequency_dim, flip_sin_to_cos=True, downscale_freq_shift=0)
         self.embed = nn.ModuleDict({name: TimestepEmbedding(frequency_dim, D) for name in
                                     ("timestep", "fps", "num_frames", "aspect_ratio", "resolution")})
+        # Not in the paper: the caption's mean feature added to the conditioning, as Imagen and SD3 add a
+        # pooled text embedding to the timestep's. It gives the text a path to every block's modulation
+        # (the whole clip's look) besides cross-attention, which starts at zero (docs/gamegen_x.md).
+        self.text_pool = PixArtAlphaTextProjection(text_dim, D) if pooled_text else None
         self.modulation = nn.Sequential(nn.SiLU(), nn.Linear(D, 6 * D))  # adaLN-single: shared by all blocks
         self.spatial_blocks = nn.ModuleList(MSDiTBlock(D, num_heads, "spatial", qk_norm) for _ in range(num_layers))
         self.temporal_blocks = nn.ModuleList(MSDiTBlock(D, num_heads, "temporal", qk_norm) for _ in range(num_layers))
@@ -198,9 +202,13 @@ class MSDiT(ModelMixin, ConfigMixin):
             empty = ~mask.any(-1)
             text = torch.where(empty[:, None, None], self.null_text_embedding.to(text.dtype), text)
             mask = mask | empty[:, None]
+        c = self.condition(t, fps, num_frames, height, width)  # (B, F, D)
+        if self.text_pool is not None:
+            keep = (mask if mask is not None else torch.ones(text.shape[:2], dtype=torch.bool, device=text.device))
+            keep = keep[..., None].to(text.dtype)  # (B, L, 1)
+            c = c + self.text_pool((text * keep).sum(1) / keep.sum(1))[:, None]  # mean over real tokens (B, 1, D)
         text = self.text_proj(text)  # (B, L, D)
 
-        c = self.condition(t, fps, num_frames, height, width)  # (B, F, D)
         mod = self.modulation(c).unflatten(-1, (6, -1))  # (B, F, 6, D)
         grid = dict(device=x.device, dtype=torch.float32)
         rope_s = self._rope([torch.arange(hp, **grid).repeat_interleave(wp), torch.arange(wp, **grid).repeat(hp)])

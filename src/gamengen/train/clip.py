@@ -69,10 +69,14 @@ class ClipTrainConfig:
     # "structured": the five GEN fields (§3.2); "short": the Summary field alone, the paper's caption
     # ablation (§4.3: structured captions against short ones)
     captions: str = "structured"
+    pooled_text: bool = False  # MSDiT's pooled caption in the conditioning (models/msdit.py), not the paper's
     seed: int = 0
     checkpoint_every: int = 250
     keep_checkpoints: int = 2
     max_minutes: float | None = None  # stop this invocation after about this long; the same command resumes
+    # bf16 autocast of the MSDiT's forward pass (weights, Adam and the loss stay fp32): faster on CPUs
+    # with bf16 units (docs/performance.md). How fast, not what is learned, so it may change on resume.
+    bf16: bool = False
 
     def __post_init__(self) -> None:
         if self.preset not in MSDIT_PRESETS:
@@ -221,7 +225,8 @@ def train_clip(clips: str | Path | list, out: str | Path, cfg: ClipTrainConfig, 
     shape = tuple(latents.shape[1:])
     with torch.random.fork_rng(devices=[]):  # initial weights from the seed, the caller's RNG untouched
         torch.manual_seed(cfg.seed)
-        net = MSDiT(**{**MSDIT_PRESETS[cfg.preset], "latent_channels": shape[1], "text_dim": encoder.width})
+        net = MSDiT(**{**MSDIT_PRESETS[cfg.preset], "latent_channels": shape[1], "text_dim": encoder.width,
+                       "pooled_text": cfg.pooled_text})
     net.to(device)
     opt = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate)
     done, losses, _ = run.resume_into(net, opt, warn)  # every draw is keyed by step: no RNG state to restore
@@ -239,7 +244,8 @@ def train_clip(clips: str | Path | list, out: str | Path, cfg: ClipTrainConfig, 
     net.train()
     while done < cfg.steps:
         draws = [draw_sample(cfg, done, i, len(latents), shape) for i in range(cfg.batch_size)]
-        loss = batch_loss(net, make_batch(draws, latents, features, device), cond)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
+            loss = batch_loss(net, make_batch(draws, latents, features, device), cond)
         descend(loss, opt, net.parameters(), cfg.grad_clip)
         done += 1
         losses.append(loss.item())
