@@ -345,3 +345,15 @@ def test_clip_export_halves_the_msdit_and_loads_as_float32(trained, model, tmp_p
     assert np.abs(a.astype(int) - b.astype(int)).mean() < 2.0  # float16 weights: a rounding apart
     res = cli("clip", "export", "--model", trained / "run" / "model", "--out", tmp_path / "bundle")
     assert res.returncode == 2 and "exists" in res.stderr
+
+
+def test_the_bundled_clip_model_generates_from_the_readme_prompt(tmp_path):
+    """The README's `clip generate` example, as written there, on the bundled models/clip-doom."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    found = re.search(r'clip generate --model (\S+) .*?--prompt "(.*?)"\n```', (root / "README.md").read_text(), re.S)
+    assert found, "the README's clip generate example is missing"
+    model, prompt = root / found.group(1), found.group(2).replace("\\\n", "")  # bash drops backslash-newline in quotes
+    cli("clip", "generate", "--model", model, "--prompt", prompt, "--out", tmp_path / "clip.mp4", "--png", check=True)
+    assert (tmp_path / "clip.mp4").stat().st_size > 1000 and (tmp_path / "clip.png").stat().st_size > 1000
