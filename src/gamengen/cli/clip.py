@@ -91,7 +91,7 @@ def train(
                                                     "field alone: the paper's caption ablation)."),
     seed: int = typer.Option(0),
     max_minutes: Optional[float] = typer.Option(None, help="Stop after about this long, exporting the model at the step reached (the same command resumes)."),
-    bf16: bool = typer.Option(False, help="bf16 autocast (fast on CPUs with bf16 units; may change on resume)."),
+    bf16: bool = typer.Option(False, help="bf16 autocast (for wide presets; no faster at cpu size; may change on resume)."),
     pooled_text: bool = typer.Option(False, help="Add the caption's mean feature to MSDiT's conditioning, besides "
                                                  "cross-attention (not in the paper; docs/gamegen_x.md)."),
 ):

@@ -74,8 +74,9 @@ class ClipTrainConfig:
     checkpoint_every: int = 250
     keep_checkpoints: int = 2
     max_minutes: float | None = None  # stop this invocation after about this long; the same command resumes
-    # bf16 autocast of the MSDiT's forward pass (weights, Adam and the loss stay fp32): faster on CPUs
-    # with bf16 units (docs/performance.md). How fast, not what is learned, so it may change on resume.
+    # bf16 autocast of the MSDiT's forward pass (weights, Adam and the loss stay fp32). At the cpu preset
+    # it was no faster on a 2-core AVX-512 CPU (docs/gamegen_x.md): its matrices are too small; it is
+    # for wider presets. How fast, not what is learned, so it may change on resume.
     bf16: bool = False
 
     def __post_init__(self) -> None:
