@@ -26,6 +26,7 @@ cd "$(dirname "$0")/.."
 GG=${GG:-.venv/bin/gamengen}
 AE=${AE:-runs/ae-games}
 stores=(); for d in data/clips/*/; do stores+=(--data "$d"); done
+data=(); for d in data/curated/*/; do data+=(--data "$d"); done
 case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval DIR|ae|vae|train|lever L|eval RUN}" in
   record) scripts/record-clips.sh ;;
   curate)
@@ -36,7 +37,6 @@ case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval D
     done
     ;;
   text)
-    data=(); for d in data/curated/*/; do data+=(--data "$d"); done
     [ -f runs/clip-text/gamengen_text.json ] || $GG clip train-text "${data[@]}" --out runs/clip-text --preset cpu --steps 600
     ;;
   ae-lever)
@@ -64,7 +64,6 @@ case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval D
       --max-minutes "${MINUTES:-60}"
     ;;
   train)
-    data=(); for d in data/curated/*/; do data+=(--data "$d"); done
     $GG clip train "${data[@]}" --codec runs/vvae/model --text runs/clip-text --out runs/clip --preset cpu --steps 100000 \
       --max-minutes "${MINUTES:-60}"
     ;;
@@ -75,13 +74,11 @@ case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval D
       short) flags="--pooled-text --captions short" ;;
       *) echo "unknown candidate $2" >&2; exit 2 ;;
     esac
-    data=(); for d in data/curated/*/; do data+=(--data "$d"); done
     OMP_NUM_THREADS=1 $GG clip train "${data[@]}" --codec runs/vvae/model --text runs/clip-text --out "runs/clip18-$2" \
       --preset cpu --steps 100000 --bf16 $flags --max-minutes "${MINUTES:-25}"
     ;;
   eval)
     run=${2:?which clip run folder}
-    data=(); for d in data/curated/*/; do data+=(--data "$d"); done
     OMP_NUM_THREADS=1 $GG clip eval --model "$run/model" "${data[@]}" --out "${run%/}-eval" --clips-per-game "${CLIPS:-4}" \
       ${JUDGE:+--classifier "$JUDGE"}
     ;;
