@@ -16,15 +16,20 @@
 #   scripts/cpu-issue18.sh lever L    # one clip-model candidate for MINUTES (default 25) of one core, bf16:
 #                                     # L = paper (cross-attention only), pooled (--pooled-text),
 #                                     # short (--captions short, the paper's caption ablation, on the
-#                                     # pooled model); in runs/clip18-L, scored by `eval runs/clip18-L`
+#                                     # pooled model), images (--image-share 0.5 on the pooled model);
+#                                     # in runs/clip18-L, scored by `eval runs/clip18-L`
 #   scripts/cpu-issue18.sh eval RUN   # `clip eval` of RUN/model on every game into RUN-eval, CLIPS (default 4)
 #                                     # prompts per game; JUDGE=EVAL_DIR reuses an earlier eval's judge
 #
-# GG (default .venv/bin/gamengen), AE and MINUTES (each stage has its default) may be set.
+# GG (default .venv/bin/gamengen), AE and MINUTES (each stage has its default) may be set; CODEC and TEXT
+# (default runs/vvae/model, runs/clip-text) name the codec and caption T5 the clip models train on:
+# CODEC=models/clip-doom/codec TEXT=models/clip-doom/text are the bundled model's own copies of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GG=${GG:-.venv/bin/gamengen}
 AE=${AE:-runs/ae-games}
+CODEC=${CODEC:-runs/vvae/model}
+TEXT=${TEXT:-runs/clip-text}
 stores=(); for d in data/clips/*/; do stores+=(--data "$d"); done
 data=(); for d in data/curated/*/; do data+=(--data "$d"); done
 case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval DIR|ae|vae|train|lever L|eval RUN}" in
@@ -64,17 +69,18 @@ case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval D
       --max-minutes "${MINUTES:-60}"
     ;;
   train)
-    $GG clip train "${data[@]}" --codec runs/vvae/model --text runs/clip-text --out runs/clip --preset cpu --steps 100000 \
+    $GG clip train "${data[@]}" --codec "$CODEC" --text "$TEXT" --out runs/clip --preset cpu --steps 100000 \
       --max-minutes "${MINUTES:-60}"
     ;;
   lever)
-    case "${2:?which candidate: paper, pooled or short}" in
+    case "${2:?which candidate: paper, pooled, short or images}" in
       paper) flags="" ;;
       pooled) flags="--pooled-text" ;;
       short) flags="--pooled-text --captions short" ;;
+      images) flags="--pooled-text --image-share 0.5" ;;
       *) echo "unknown candidate $2" >&2; exit 2 ;;
     esac
-    OMP_NUM_THREADS=1 $GG clip train "${data[@]}" --codec runs/vvae/model --text runs/clip-text --out "runs/clip18-$2" \
+    OMP_NUM_THREADS=1 $GG clip train "${data[@]}" --codec "$CODEC" --text "$TEXT" --out "runs/clip18-$2" \
       --preset cpu --steps 100000 --bf16 $flags --max-minutes "${MINUTES:-25}"
     ;;
   eval)

@@ -174,6 +174,55 @@ def test_the_draws_follow_the_config():
                    draw_sample(never, s, 0, 24, (5, 1, 1, 1)).drop_text for s in range(200))
 
 
+def test_image_steps_train_on_each_clips_first_latent_frame(trained, model):
+    """§3.5's length buckets: a step is an image step with probability image_share, drawn apart from the
+    samples (so a run without them draws as before), and takes batch x L first latent frames."""
+    from gamengen.curate.dataset import ClipDataset
+    from gamengen.train.clip import ClipTrainConfig, draw_sample, step_length
+    from gamengen.train.clip_data import cache_latents, cache_text, make_batch
+
+    cfg = ClipTrainConfig.from_preset("tiny", image_share=0.3)
+    lengths = [step_length(cfg, s, 5) for s in range(2000)]
+    assert set(lengths) == {1, 5} and abs(lengths.count(1) / 2000 - 0.3) < 0.03
+    assert {step_length(ClipTrainConfig.from_preset("tiny"), s, 5) for s in range(200)} == {5}
+    plain = ClipTrainConfig.from_preset("tiny")
+    a, b = draw_sample(plain, 3, 1, 24, (5, 4, 16, 16)), draw_sample(cfg, 3, 1, 24, (5, 4, 16, 16))
+    assert (a.clip, a.context, a.t) == (b.clip, b.context, b.t) and torch.equal(a.noise, b.noise)
+
+    ds = ClipDataset.open(trained / "clips")
+    latents = cache_latents(ds, model.codec, trained / "run" / "cache", stage=pytest.fail)
+    text = cache_text([ds.meta(i)["captions"]["caption"] for i in range(len(ds))], model.text,
+                      trained / "run" / "cache", stage=pytest.fail)
+    draws = [draw_sample(cfg, 7, i, len(ds), (1, *latents.shape[2:])) for i in range(10)]
+    batch = make_batch(draws, latents, text, torch.device("cpu"))
+    assert batch.z.shape == (10, 1, *latents.shape[2:]) and not batch.context.any()  # an image is never continued
+    assert torch.equal(batch.z[:, 0], torch.from_numpy(latents[[d.clip for d in draws], 0].astype(np.float32)))
+    with pytest.raises(Exception, match="shares"):
+        ClipTrainConfig.from_preset("tiny", image_share=1.5)
+
+
+def test_init_starts_a_run_from_a_clip_model(trained, model, tmp_path):
+    """`clip train --init MODEL`: the MSDiT's weights (fresh Adam), its codec and text encoder by
+    default; its steps count in the export; a model of another shape is refused before any write."""
+    from gamengen.models.clip_model import ClipModel
+
+    base = ["clip", "train", "--data", trained / "clips", "--preset", "tiny", "--init", trained / "run" / "model"]
+    cli(*base, "--out", tmp_path / "zero", "--steps", "0", check=True)
+    zero = ClipModel.from_pretrained(tmp_path / "zero" / "model")
+    a, b = model.net.state_dict(), zero.net.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a) and zero.meta.train_steps == STEPS
+    cli(*base, "--out", tmp_path / "more", "--steps", "3", "--image-share", "0.5", check=True)
+    more = ClipModel.from_pretrained(tmp_path / "more" / "model")
+    assert more.meta.train_steps == STEPS + 3 and more.meta.training["image_share"] == 0.5
+    assert "then trained 3 steps" in (tmp_path / "more" / "model" / "README.md").read_text()
+    assert fixed_loss(more.net, model, trained) < 0.9 * fixed_loss(type(model.net)(**model.net.config), model, trained)
+    res = cli(*base, "--out", tmp_path / "bad", "--steps", "1", "--pooled-text")
+    assert res.returncode == 2 and "pooled" in res.stderr and res.stderr.count("\n") == 1, res.stderr
+    res = cli(*base[:-1], trained / "vae" / "model", "--out", tmp_path / "bad", "--steps", "1")
+    assert res.returncode == 2 and "video VAE" in res.stderr, res.stderr
+    assert not (tmp_path / "bad").exists()
+
+
 def read_video(path: Path) -> np.ndarray:
     import imageio.v2 as imageio
 

@@ -94,13 +94,20 @@ def train(
     bf16: bool = typer.Option(False, help="bf16 autocast (for wide presets; no faster at cpu size; may change on resume)."),
     pooled_text: bool = typer.Option(False, help="Add the caption's mean feature to MSDiT's conditioning, besides "
                                                  "cross-attention (not in the paper; docs/gamegen_x.md)."),
+    image_share: float = typer.Option(0.0, help="Share of steps that train on single frames (each clip's first; "
+                                                "batch size x latent frames of them): §3.5's length buckets."),
+    init: Optional[Path] = typer.Option(None, "--init", help="A clip model folder (same preset and --pooled-text) "
+                                                             "whose MSDiT a new run starts from, with a fresh "
+                                                             "optimizer; --codec and --text default to its own."),
 ):
     """Train the clip model: 75% text-to-clip, 25% continuation, 25% text dropout, rectified flow (§3.5)."""
     from ..train.clip import ClipTrainConfig, train_clip
 
     given = {"steps": steps, "batch_size": batch_size, "learning_rate": learning_rate, "text_steps": text_steps,
              "checkpoint_every": checkpoint_every, "max_minutes": max_minutes}
-    cfg = ClipTrainConfig.from_preset(preset, seed=seed, captions=captions, bf16=bf16, pooled_text=pooled_text, **{k: v for k, v in given.items() if v is not None})
+    cfg = ClipTrainConfig.from_preset(preset, seed=seed, captions=captions, bf16=bf16, pooled_text=pooled_text,
+                                      image_share=image_share, init=str(init.resolve()) if init else None,
+                                      **{k: v for k, v in given.items() if v is not None})
     last = [float("nan")]
     with progress_bar(f"clip model ({preset} preset)", cfg.steps) as advance:
         to_bar = step_reporter(advance)

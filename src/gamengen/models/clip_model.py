@@ -94,11 +94,12 @@ class ClipModel:
         """(L, C, h, w) of one clip's video latents."""
         return self.codec.latent_shape(self.meta.frames)
 
-    def conditions(self, batch: int) -> dict[str, torch.Tensor]:
-        """The MSDiT's metadata inputs for ``batch`` clips of this model: fps, num_frames, height, width (B,)."""
+    def conditions(self, batch: int, frames: int | None = None) -> dict[str, torch.Tensor]:
+        """The MSDiT's metadata inputs for ``batch`` clips of this model (of ``frames`` video frames, 1 for
+        images; default the model's clip length): fps, num_frames, height, width (B,)."""
         m, device = self.meta, self.net.device
         return {k: torch.full((batch,), float(v), device=device)
-                for k, v in (("fps", m.fps), ("num_frames", m.frames), ("height", m.height), ("width", m.width))}
+                for k, v in (("fps", m.fps), ("num_frames", frames or m.frames), ("height", m.height), ("width", m.width))}
 
     def default_card(self) -> str:
         m, s = self.meta, self.sampler

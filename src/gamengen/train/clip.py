@@ -33,11 +33,11 @@ import torch
 from ..curate.dataset import ClipDataset
 from ..diffusion.flow import flow_loss, frame_mask, sample_t
 from ..errors import UserError
-from ..models.clip_model import ClipModel, ClipModelMeta
+from ..models.clip_model import CODEC_DIR, TEXT_DIR, ClipModel, ClipModelMeta
 from ..models.msdit import MSDIT_PRESETS, MSDiT
 from ..models.text_encoder import TEXT_ENCODER_PRESETS, CaptionEncoder
 from ..models.video_vae import ClipCodec
-from .clip_data import Batch, TextCache, cache_latents, cache_text, make_batch
+from .clip_data import Batch, TextCache, cache_latents, cache_text, codec_key, make_batch, text_key
 from .run import Deadline, RunFolder, descend
 from .world_model import seed_of
 
@@ -70,6 +70,12 @@ class ClipTrainConfig:
     # ablation (§4.3: structured captions against short ones)
     captions: str = "structured"
     pooled_text: bool = False  # MSDiT's pooled caption in the conditioning (models/msdit.py), not the paper's
+    # §3.5 trains on buckets of length (OpenSora's images and videos). Here a step is an image step with this
+    # probability: each clip's first latent frame, which the causal codec encodes from the first video frame
+    # alone (models/video_vae.py), so it is a 1-frame clip; batch_size x L of them, the tokens of one clip
+    # step. Images show more scenes per step at the same cost: a lever for how each game looks.
+    image_share: float = 0.0
+    init: str | None = None  # a clip model folder whose MSDiT a new run starts from, with a fresh optimizer
     seed: int = 0
     checkpoint_every: int = 250
     keep_checkpoints: int = 2
@@ -88,8 +94,9 @@ class ClipTrainConfig:
         if self.steps < 0 or self.batch_size < 1 or self.text_steps < 1 or self.checkpoint_every < 1:
             raise UserError("steps must be >= 0, batch size, text steps and checkpoint cadence >= 1",
                             "fix the training settings")
-        if not (0 <= self.text_dropout <= 1 and 0 <= self.continuation <= 1) or self.learning_rate <= 0:
-            raise UserError("text dropout and continuation share must be in [0, 1], the learning rate > 0",
+        if (not all(0 <= p <= 1 for p in (self.text_dropout, self.continuation, self.image_share))
+                or self.learning_rate <= 0):
+            raise UserError("text dropout, continuation and image shares must be in [0, 1], the learning rate > 0",
                             "fix the training settings")
         if self.captions not in CAPTION_KINDS:
             raise UserError(f"unknown caption kind '{self.captions}'", "use structured or short")
@@ -126,6 +133,15 @@ def draw_sample(cfg: ClipTrainConfig, step: int, i: int, n_clips: int, latent_sh
     noise = torch.randn(latent_shape, generator=g)
     continued = u_task < cfg.continuation and L > 1
     return SampleDraw(clip, x if continued else 0, u_text < cfg.text_dropout, t, noise)
+
+
+def step_length(cfg: ClipTrainConfig, step: int, L: int) -> int:
+    """Latent frames of every sample of step ``step``: 1 (an image step) with probability image_share,
+    else L. Drawn from its own generator, so runs without image steps draw exactly as before."""
+    if not cfg.image_share or L == 1:
+        return L
+    g = torch.Generator().manual_seed(seed_of(cfg.seed, step, 0, 1))  # 4 parts: never a draw_sample stream
+    return 1 if float(torch.rand((), generator=g)) < cfg.image_share else L
 
 
 def batch_loss(net: MSDiT, batch: Batch, cond: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -197,6 +213,29 @@ def _env_ids(sets: list[ClipDataset], codec: ClipCodec) -> list[str]:
     return games or ([codec.meta["env_id"]] if codec.meta.get("env_id") else [])
 
 
+def _init_model(cfg: ClipTrainConfig, codec: ClipCodec, encoder: CaptionEncoder, latent_channels: int) -> ClipModel | None:
+    """The ``cfg.init`` model, checked against this run before anything is written (and on every resume,
+    since its steps count in the export): a model of another size, codec or text encoder is refused."""
+    if not cfg.init:
+        return None
+    folder = Path(cfg.init)
+    other = ClipModel.from_pretrained(folder)
+    fix = ("pass --init a clip model of the same --preset and --pooled-text, over the same codec and text "
+           "encoder, or leave --init out")
+    if codec_key(other.codec) != codec_key(codec):
+        raise UserError(f"the clip model in {folder} was trained on other latents (its codec is not --codec's)", fix)
+    if text_key(other.text) != text_key(encoder):
+        raise UserError(f"the clip model in {folder} reads another text encoder than this run's", fix)
+    mine = {**MSDIT_PRESETS[cfg.preset], "latent_channels": latent_channels, "text_dim": encoder.width,
+            "pooled_text": cfg.pooled_text}
+    theirs = {k: other.net.config.get(k) for k in mine}
+    if theirs != mine:
+        raise UserError(f"the clip model in {folder} is a {other.meta.presets.get('msdit')} MSDiT "
+                        f"(pooled text {theirs['pooled_text']}), not this run's {cfg.preset} "
+                        f"(pooled text {cfg.pooled_text})", fix)
+    return other
+
+
 def train_clip(clips: str | Path | list, out: str | Path, cfg: ClipTrainConfig, report: Report = lambda s, n, loss: None,
                warn: Callable[[str], None] = print, codec: str | Path | None = None, text: str | Path | None = None,
                *, stage: Callable[[str], None] = lambda message: None) -> ClipModel:
@@ -206,9 +245,14 @@ def train_clip(clips: str | Path | list, out: str | Path, cfg: ClipTrainConfig, 
     clips = [Path(c) for c in (clips if isinstance(clips, (list, tuple)) else [clips])]
     out = Path(out)
     codec_dir, text_dir = (Path(codec) if codec else None), (Path(text) if text else None)
+    if cfg.init:  # a model folder holds its own codec and text encoder: the defaults for a run started from it
+        codec_dir = codec_dir or Path(cfg.init) / CODEC_DIR
+        text_dir = text_dir or Path(cfg.init) / TEXT_DIR
     sets, clip_codec, captions = _inputs(clips, codec_dir, cfg.captions)
     ds, data = sets[0], [str(c.resolve()) for c in clips]
     given = CaptionEncoder.load(text_dir) if text_dir else None  # refused before the run folder is made
+    init = _init_model(cfg, clip_codec, given, clip_codec.vae.config.video_channels)  # --init implies --text
+    init_steps = init.meta.train_steps if init else 0
     fresh = not out.exists()
     run = RunFolder(out, {**dataclasses.asdict(cfg), "data": data[0] if len(data) == 1 else data, "codec": str(codec_dir.resolve()),
                           "text": str(text_dir.resolve()) if text_dir else None}, keep=cfg.keep_checkpoints).open()
@@ -231,22 +275,30 @@ def train_clip(clips: str | Path | list, out: str | Path, cfg: ClipTrainConfig, 
     net.to(device)
     opt = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate)
     done, losses, _ = run.resume_into(net, opt, warn)  # every draw is keyed by step: no RNG state to restore
+    if init is not None and not done:
+        net.load_state_dict(init.net.state_dict())
+    del init  # its weights are in net now
     dataset = ({"path": data[0], "source": ds.info.get("source"), "clips": len(ds)} if len(sets) == 1 else
                {"paths": data, "sources": [d.info.get("source") for d in sets], "clips": len(latents)})
-    meta = ClipModelMeta(ds.clip_frames, ds.fps, ds.height, ds.width, _env_ids(sets, clip_codec), dataset, done,
+    meta = ClipModelMeta(ds.clip_frames, ds.fps, ds.height, ds.width, _env_ids(sets, clip_codec), dataset,
+                         init_steps + done,
                          {"msdit": cfg.preset, "text": encoder.preset, "video_vae": clip_codec.meta.get("preset"),
                           "ae": clip_codec.frame.meta.get("preset")},
                          {"text_dropout": cfg.text_dropout, "continuation": cfg.continuation,
-                          "timesteps": cfg.timesteps, "captions": cfg.captions, "learning_rate": cfg.learning_rate, "batch_size": cfg.batch_size})
+                          "timesteps": cfg.timesteps, "captions": cfg.captions, "learning_rate": cfg.learning_rate, "batch_size": cfg.batch_size,
+                          "image_share": cfg.image_share})
     model = ClipModel(net, clip_codec, encoder, meta)
-    cond = model.conditions(cfg.batch_size)
+    L, r = shape[0], clip_codec.vae.temporal_compression
+    per_step = {n: cfg.batch_size * L // n for n in {1, L}}  # samples of n latent frames: the tokens of batch_size clips
+    cond = {n: model.conditions(b, frames=1 + r * (n - 1)) for n, b in per_step.items()}
     report(done, cfg.steps, losses[-1] if losses else float("nan"))
     deadline = Deadline(cfg.max_minutes)
     net.train()
     while done < cfg.steps:
-        draws = [draw_sample(cfg, done, i, len(latents), shape) for i in range(cfg.batch_size)]
+        n = step_length(cfg, done, L)
+        draws = [draw_sample(cfg, done, i, len(latents), (n, *shape[1:])) for i in range(per_step[n])]
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
-            loss = batch_loss(net, make_batch(draws, latents, features, device), cond)
+            loss = batch_loss(net, make_batch(draws, latents, features, device), cond[n])
         descend(loss, opt, net.parameters(), cfg.grad_clip)
         done += 1
         losses.append(loss.item())
@@ -258,7 +310,10 @@ def train_clip(clips: str | Path | list, out: str | Path, cfg: ClipTrainConfig, 
         if late:
             break
     net.eval().requires_grad_(False)
-    model.meta.train_steps = done
-    model.save_pretrained(out / "model", model.default_card() + "\nTrained on the clip dataset" + ("s " if len(clips) > 1 else " ")
-                        + ", ".join(f"`{c}`" for c in clips) + ".\n")
+    model.meta.train_steps = init_steps + done
+    note = "\nTrained on the clip dataset" + ("s " if len(clips) > 1 else " ") + ", ".join(f"`{c}`" for c in clips) + ".\n"
+    if cfg.init:
+        note += (f"Started from the MSDiT of `{cfg.init}` ({init_steps} steps), then trained {done} steps with a "
+                 "fresh optimizer.\n")
+    model.save_pretrained(out / "model", model.default_card() + note)
     return model

@@ -41,12 +41,25 @@ def _digest(*parts) -> str:
     return h.hexdigest()[:16]
 
 
+def codec_key(codec: ClipCodec) -> str:
+    """Which latents a codec makes: its weights and scales (the video VAE's and its 2D AE's)."""
+    return _digest(codec.vae.state_dict(), codec.frame.ae.state_dict(), codec.scale, codec.frame.scale)
+
+
+def text_key(encoder: CaptionEncoder) -> str:
+    """Which features a text encoder gives: its weights and its tokenizer's rules and vocabulary (not its
+    padding and truncation, which encoding itself sets)."""
+    tok = {k: v for k, v in json.loads(encoder.tokenizer.backend_tokenizer.to_str()).items()
+           if k not in ("padding", "truncation")}
+    return _digest(encoder.model.state_dict(), tok)
+
+
 @torch.no_grad()
 def cache_latents(ds: ClipDataset, codec: ClipCodec, folder: Path,
                   stage: Callable[[str], None] = lambda m: None) -> np.ndarray:
     """(N, L, C, h, w) float16 scaled video latents of every clip, read from or written to ``folder``."""
     data_id = [ds.info, [ds.meta(i) for i in range(len(ds))]]  # clips.jsonl names each clip's source and sha256
-    key = _digest(codec.vae.state_dict(), codec.frame.ae.state_dict(), codec.scale, codec.frame.scale, data_id)
+    key = _digest(codec_key(codec), data_id)
     path = folder / f"latents-{key}.npy"
     if path.is_file():
         return np.load(path, allow_pickle=False)
@@ -77,10 +90,7 @@ def cache_text(captions: list[str], encoder: CaptionEncoder, folder: Path,
     """Features of every caption (each encoded once, however many clips share it), cached in ``folder``."""
     from safetensors.numpy import load_file, save
 
-    # The tokenizer's rules and vocabulary; not its padding and truncation, which encoding itself sets.
-    tok = {k: v for k, v in json.loads(encoder.tokenizer.backend_tokenizer.to_str()).items()
-           if k not in ("padding", "truncation")}
-    key = _digest(encoder.model.state_dict(), tok, captions)
+    key = _digest(text_key(encoder), captions)
     path = folder / f"text-{key}.safetensors"
     if path.is_file():
         d = load_file(path)
@@ -117,7 +127,9 @@ def make_batch(draws: list["SampleDraw"], latents: np.ndarray, text: TextCache, 
     for i, (r, d) in enumerate(zip(rows, draws)):
         hidden[i, :len(r)] = r
         mask[i, :len(r)] = not d.drop_text
-    z = torch.from_numpy(np.stack([latents[d.clip] for d in draws]).astype(np.float32))
+    # A draw's noise says how many latent frames it takes: the clip's first n (its prefix, thanks to the
+    # causal codec; n = 1 for an image step).
+    z = torch.from_numpy(np.stack([latents[d.clip][:len(d.noise)] for d in draws]).astype(np.float32))
     return Batch(z.to(device), torch.stack([d.noise for d in draws]).to(device),
                  torch.tensor([d.t for d in draws], device=device),
                  torch.tensor([d.context for d in draws], device=device),
