@@ -7,7 +7,9 @@ clip is encoded once into video latents and every caption once into text feature
 run, keyed by the weights and the data), and the MSDiT learns, per sample (§3.5, §4.4): text-to-video
 (75%) or continuation (25%, the first x of L latent frames held clean, x uniform in 1..L-1), the
 caption dropped 25% of the time (all-False mask = MSDiT's null text, for CFG), t logit-normal.
-Adam with a fixed learning rate (5e-4, §3.5).
+Adam with a fixed learning rate (5e-4, §3.5).  With ``image_share`` > 0 some steps are image steps (§3.5's
+length buckets: each clip's first latent frame alone); with ``init`` the MSDiT starts from a clip
+model folder's weights (kept on disk while the run resumes: its steps count in the export).
 
 Every draw of step s, sample i comes from a generator seeded by (seed, s, i) (``draw_sample``), so
 the run folder (train/run.py) resumes exactly: a run in pieces equals one run of all the steps::
