@@ -12,30 +12,15 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import CLIP_STEPS as STEPS  # the clip_run fixture's training steps
 from conftest import cli, snapshot
 
-STEPS = 60
 PROMPT = "A 0.6-second clip of the toy game cursor: the player mostly presses UP."
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> Path:
-    """A store, its clip dataset, a 2D AE, a codec (`clip train-vae`) and a clip model (`clip train`)."""
-    from gamengen.train.autoencoder import AETrainConfig, train_autoencoder
-
-    root = tmp_path_factory.mktemp("clip")
-    cli("record", "--env", "toy:cursor", "--resolution", "32x32", "--steps", "1500", "--seed", "1",
-        "--out", root / "store", check=True)
-    cli("curate", "--from", root / "store", "--out", root / "clips", "--min-seconds", "2", "--min-motion", "0",
-        "--max-windows", "3", check=True)
-    train_autoencoder(root / "store", root / "ae", AETrainConfig(preset="tiny", steps=60, decoder_steps=0,
-                                                                 batch_size=16, learning_rate=3e-3), warn=print)
-    cli("clip", "train-vae", "--data", root / "store", "--ae", root / "ae", "--out", root / "vae", "--preset", "tiny",
-        "--steps", "20", "--batch-size", "4", "--learning-rate", "3e-3", check=True)
-    res = cli("clip", "train", "--data", root / "clips", "--codec", root / "vae" / "model", "--out", root / "run",
-              "--preset", "tiny", "--steps", STEPS, "--checkpoint-every", "20", check=True)
-    assert f"step {STEPS}" in res.stdout, res.stdout
-    return root
+def trained(clip_run) -> Path:
+    return clip_run
 
 
 @pytest.fixture(scope="module")

@@ -154,6 +154,7 @@ def test_the_clip_dataset_round_trips_with_the_frames_of_the_video(curated, vide
     for i in range(len(ds)):
         frames, meta = ds.frames(i), ds.meta(i)
         assert frames.shape == (17, H, W, 3) and frames.dtype == np.uint8
+        assert ds.keys(i) is None  # a video file records no keys
         if meta["source"]["name"] == "05_pan.mp4":  # same rate and size: the very frames of the file
             np.testing.assert_array_equal(frames, np.stack(decoded)[meta["source"]["frames"]])
 
@@ -242,6 +243,12 @@ def test_a_doom_store_gives_clips_with_its_captions_pose_labels_and_frames(doom,
         assert meta["camera"]["pose"] in ("static", "pan left", "pan right", "forward", "backward", "mixed")
         assert meta["camera"]["flow"] in ("static", "pan left", "pan right", "forward", "backward", "mixed")
         np.testing.assert_array_equal(ds.frames(i), np.asarray(episode["frames"][start:end]))  # store frames, unchanged
+        # the keys held at each frame are the buttons of the action the store logged after it
+        names, held = ds.keys(i)
+        spec = store.spec.action_set
+        assert names == list(spec.buttons)
+        expect = np.asarray(spec.combos, np.float32)[np.asarray(episode["actions"][start:end], np.int64)]
+        np.testing.assert_array_equal(held, expect)
     cam = report["camera"]
     assert cam["compared"] == len(ds) and 0 <= cam["agreement"] <= 1 and sum(cam["pose"].values()) == len(ds)
     # a scene is split at a 16 s maximum, and in-game events (a light change at step 108) are no cuts

@@ -120,6 +120,42 @@ def train(
     typer.echo(f"{out}: step {model.meta.train_steps}, loss {last[0]:.4f}; model in {out / 'model'}")
 
 
+@clip_app.command("train-instruct")
+def train_instruct(
+    model: Path = typer.Option(..., "--model", help="The clip model to steer (frozen; `gamengen clip train`'s OUT/model)."),
+    data: List[Path] = typer.Option(..., "--data", help="Clip dataset curated from trajectory stores (it records the "
+                                                         "keys); repeat it for several games."),
+    out: Path = typer.Option(..., "--out", help="Run folder (created, or resumed); the InstructNet goes to OUT/model."),
+    steps: int = typer.Option(2000, help="InstructNet optimizer steps."),
+    batch_size: int = typer.Option(8),
+    learning_rate: float = typer.Option(5e-4),
+    layers: Optional[int] = typer.Option(None, help="InstructNet layer pairs (default: half the clip model's, as the paper)."),
+    prompts: List[str] = typer.Option([], "--prompt-kind", help="A video prompt kind to train with (canny or flow); "
+                                                                "repeat it. None: no video prompts."),
+    context_noise: float = typer.Option(0.05, help="Std of the light noise on the context latents (§3.4)."),
+    checkpoint_every: int = typer.Option(250),
+    seed: int = typer.Option(0),
+    max_minutes: Optional[float] = typer.Option(None, help="Stop after about this long, exporting the InstructNet at the step reached (the same command resumes)."),
+    bf16: bool = typer.Option(False, help="bf16 autocast of the forward pass."),
+):
+    """Train InstructNet beside the frozen clip model (§3.4, §3.5 stage 2): keys, instructions, video prompts."""
+    from ..train.instruct import InstructTrainConfig, train_instruct as train_net
+
+    cfg = InstructTrainConfig(steps=steps, batch_size=batch_size, learning_rate=learning_rate, layers=layers,
+                              prompts=list(prompts), context_noise=context_noise, checkpoint_every=checkpoint_every,
+                              seed=seed, max_minutes=max_minutes, bf16=bf16)
+    last = [float("nan")]
+    with progress_bar("InstructNet", cfg.steps) as advance:
+        to_bar = step_reporter(advance)
+
+        def report(step: int, total: int, loss: float) -> None:
+            to_bar(step, total, loss)
+            last[0] = loss
+
+        result = train_net(list(data), model, out, cfg, report, _warn, stage=lambda m: console.print(m))
+    typer.echo(f"{out}: step {result.meta.train_steps}, loss {last[0]:.4f}; InstructNet in {out / 'model'}")
+
+
 @clip_app.command("export")
 def export(
     model: Path = typer.Option(..., "--model", help="Clip model folder (`gamengen clip train`'s OUT/model)."),
@@ -169,22 +205,45 @@ def continue_(
     out: Path = typer.Option(..., "--out", help="Video to write (.mp4 or .gif): the context, then the new frames."),
     context: Optional[int] = typer.Option(None, help="Context frames to read (default: as many as the model holds; "
                                                      "the last 1 + 4k of them are used)."),
+    instruct: Optional[Path] = typer.Option(None, "--instruct", help="An InstructNet folder trained beside --model "
+                                                                     "(`gamengen clip train-instruct`'s OUT/model)."),
+    keys: List[str] = typer.Option([], "--key", help="A key held through the new frames (e.g. TURN_LEFT); repeat it. "
+                                                      "Needs --instruct."),
+    instruction: Optional[str] = typer.Option(None, help="An instruction caption (Env/Trans/Light/Act/Misc fields). "
+                                                         "Needs --instruct."),
+    video_prompt: Optional[str] = typer.Option(None, help="canny or flow: that video prompt of the recorded frames "
+                                                          "from the context on. Needs --instruct."),
     seed: int = typer.Option(0),
     steps: Optional[int] = typer.Option(None),
     guidance: Optional[float] = typer.Option(None),
     png: bool = typer.Option(False, "--png", help="Also write the frames side by side to OUT with .png."),
 ):
-    """Continue recorded play: its frames held as context (§3.3's frame mask), the rest generated."""
-    from ..engine.clip import context_frames_used, continue_clip
+    """Continue recorded play: its frames held as context (§3.3's frame mask), the rest generated; with
+    --instruct, steered by keys, an instruction or a video prompt (§3.4)."""
+    from ..engine.clip import Steering, context_frames_used, continue_clip
     from ..models.clip_model import ClipModel
 
     store_path, episode, frame = parse_source(source)
+    if instruct is None and (keys or instruction is not None or video_prompt):
+        raise UserError("--key, --instruction and --video-prompt steer through an InstructNet",
+                        "pass --instruct with the InstructNet trained beside --model")
     _check_out(out)
     m = ClipModel.from_pretrained(model)
-    frames = read_context(m, store_path, episode, frame, context, context_frames_used)
-    clip = continue_clip(m, frames, prompt, seed, steps, guidance)
-    _write(out, clip, m.meta.fps, png)
+    steer = None
+    if instruct is not None:
+        from ..curate.prompts import KINDS, video_prompt as make_prompt
+        from ..models.instruct_model import InstructModel
+
+        if video_prompt is not None and video_prompt not in KINDS:
+            raise UserError(f"unknown video prompt kind {video_prompt!r}", "use one of: " + ", ".join(KINDS))
+        steer = Steering(InstructModel.from_pretrained(instruct, m), tuple(keys), instruction)
+    frames, first = read_context(m, store_path, episode, frame, context, context_frames_used)
     used = context_frames_used(m, len(frames))
+    if steer is not None and video_prompt is not None:
+        recorded = read_frames(store_path, episode, first + len(frames) - used, m.meta.frames)
+        steer.prompt = make_prompt(video_prompt, recorded)
+    clip = continue_clip(m, frames, prompt, seed, steps, guidance, steer=steer)
+    _write(out, clip, m.meta.fps, png)
     typer.echo(f"{out}: {len(clip)} frames at {m.meta.fps:g} fps, frames 1-{used} re-encode the context from {source}")
 
 
@@ -226,6 +285,42 @@ def eval_(
     typer.echo(f"wrote {out}/report.md, report.json, strips/ and classifier/")
 
 
+@clip_app.command("eval-control")
+def eval_control(
+    model: Path = typer.Option(..., "--model", help="Clip model folder."),
+    instruct: Path = typer.Option(..., "--instruct", help="The InstructNet trained beside it."),
+    data: List[Path] = typer.Option(..., "--data", help="Trajectory store the InstructNet never trained on (record "
+                                                        "one with another --seed); repeat it, one per game."),
+    out: Path = typer.Option(..., "--out", help="New folder for report.md, report.json and strips/."),
+    contexts: int = typer.Option(4, help="Contexts per store; each is continued under every key."),
+    keys: List[str] = typer.Option(list(("TURN_LEFT", "TURN_RIGHT", "FORWARD", "BACKWARD", "STRAFE_LEFT",
+                                         "STRAFE_RIGHT")), "--key", help="Action names to hold; repeat it."),
+    context_latents: int = typer.Option(2, help="Latent frames of context (1 + 4(n - 1) video frames)."),
+    seed: int = typer.Option(0),
+    steps: Optional[int] = typer.Option(None),
+    guidance: Optional[float] = typer.Option(None),
+):
+    """Character-control success (SR-C) against the real game: each context continued under each key,
+    its flow's camera label against the real game's under the same key from the same state."""
+    import shlex
+    import sys
+
+    from ..eval.control import ControlEvalConfig, evaluate_control, write_report
+    from ..models.clip_model import ClipModel
+    from ..models.instruct_model import InstructModel
+
+    _check_new_folder(out)
+    m = ClipModel.from_pretrained(model)
+    net = InstructModel.from_pretrained(instruct, m)
+    cfg = ControlEvalConfig(contexts, tuple(keys), context_latents, seed, steps, guidance)
+    with progress_bar("SR-C cases", contexts * len(data) * len(keys)) as advance:
+        res, strips = evaluate_control(m, net, list(data), cfg, report=advance)
+    s = write_report(out, res, strips, "gamengen " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+    fmt = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
+    typer.echo(f"SR-C {fmt(s['steered'])} over {s['scored']} scored cases (base without InstructNet "
+               f"{fmt(s['base'])}, codec ceiling {fmt(s['codec'])}, chance {s['chance']:.2f}); wrote {out}/report.md")
+
+
 def parse_source(text: str) -> tuple[Path, str, int | None]:
     """STORE:EPISODE[:FRAME] -> (store, episode id, FRAME or None)."""
     parts = text.rsplit(":", 2)
@@ -239,12 +334,11 @@ def parse_source(text: str) -> tuple[Path, str, int | None]:
     return Path(store), episode, frame
 
 
-def read_context(model, store_path: Path, episode: str, frame: int | None, count: int | None, used) -> np.ndarray:
-    """uint8 (X, H, W, 3): up to ``count`` frames before ``frame`` (None: the episode's first frames)."""
-    from ..data.store import Store
-
-    store = Store.open(store_path)
-    rec = store.find(episode)
+def read_context(model, store_path: Path, episode: str, frame: int | None, count: int | None,
+                 used) -> tuple[np.ndarray, int]:
+    """uint8 (X, H, W, 3): up to ``count`` frames before ``frame`` (None: the episode's first frames),
+    and the episode index of the first of them."""
+    store, rec = _episode(store_path, episode)
     m = model.meta
     if (store.spec.height, store.spec.width) != (m.height, m.width):
         raise UserError(f"store {store_path} has {store.spec.width}x{store.spec.height} frames, the model makes "
@@ -262,7 +356,23 @@ def read_context(model, store_path: Path, episode: str, frame: int | None, count
                         f"context is the frames before FRAME", f"pass a FRAME from 1 to {rec.length}")
     else:
         lo, hi = max(0, frame - most), frame
-    return np.asarray(store.open_episode(rec)["frames"][lo:hi])
+    return np.asarray(store.open_episode(rec)["frames"][lo:hi]), lo
+
+
+def read_frames(store_path: Path, episode: str, start: int, count: int) -> np.ndarray:
+    """uint8 (count, H, W, 3): the episode's frames from ``start``; a UserError where it ends sooner."""
+    store, rec = _episode(store_path, episode)
+    if start + count > rec.length:
+        raise UserError(f"episode {rec.path} ends at frame {rec.length}, a video prompt needs frames {start} to "
+                        f"{start + count - 1}", "continue from an earlier FRAME")
+    return np.asarray(store.open_episode(rec)["frames"][start:start + count])
+
+
+def _episode(store_path: Path, episode: str):
+    from ..data.store import Store
+
+    store = Store.open(store_path)
+    return store, store.find(episode)
 
 
 def _check_new_folder(out: Path) -> None:

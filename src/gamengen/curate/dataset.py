@@ -4,7 +4,8 @@ Layout::
 
     <dir>/dataset.json    format, version, clip count, frames per clip, height, width, fps, source
     <dir>/frames/         zarr v3 array (N, F, H, W, 3) uint8, one chunk per clip (zstd + crc32c)
-    <dir>/clips.jsonl     line i: clip i's metadata (source, times, scores, camera labels, captions)
+    <dir>/clips.jsonl     line i: clip i's metadata (source, times, scores, camera labels, captions, and
+                          for store clips the keys held at each frame)
     <dir>/dropped.jsonl   one line per dropped source, scene or clip: stage, reason, scores
     <dir>/report.json, report.md, figures/   the curation report (curate/report.py)
 
@@ -129,6 +130,19 @@ class ClipDataset:
 
     def meta(self, i: int) -> dict:
         return self._clips[i]
+
+    def keys(self, i: int) -> tuple[list[str], np.ndarray] | None:
+        """Clip i's keys: (key names, (clip_frames, K) float32 share of each frame's steps each key was
+        held, the keys after frame k leading to frame k + 1), or None (a video, or curated before keys
+        were recorded)."""
+        k = self._clips[i].get("keys")
+        if not k:
+            return None
+        held = np.asarray(k["held"], np.float32)
+        if held.shape != (self.clip_frames, len(k["names"])):
+            raise UserError(f"{self.folder}: clip {i}'s keys are {held.shape}, expected "
+                            f"({self.clip_frames}, {len(k['names'])})", "re-run `gamengen curate`")
+        return list(k["names"]), held
 
     def frames(self, i: int) -> np.ndarray:
         """(clip_frames, height, width, 3) uint8 RGB, frame k shown k / fps seconds after the first."""

@@ -123,7 +123,7 @@ def _curate(p: Plan, folder: Path, advance) -> dict:
         info = _open(p, index, writer, tally)
         if info is not None:
             tally.sources += 1
-            variables = _variables(p, info)
+            variables, keys = _variables(p, info), _keys(p, info)
             for item in scan(info, index, p.fps, p.size, p.min_frames, p.max_frames, p.cfg.thresholds.scene_threshold):
                 tally.scene(info, item.scene, item.src)
                 if isinstance(item, Drop):
@@ -133,7 +133,7 @@ def _curate(p: Plan, folder: Path, advance) -> dict:
                     continue
                 tally.pieces += 1
                 for s in S.windows(len(item.frames), p.cfg.clip_frames, p.cfg.max_windows):
-                    _clip(p, info, variables, item, s, writer, tally, hashes)
+                    _clip(p, info, variables, keys, item, s, writer, tally, hashes)
         if index < p.count - 1:
             advance(1)
     writer.finish()
@@ -159,8 +159,8 @@ def _open(p: Plan, index: int, writer: ClipWriter, tally) -> SourceInfo | None:
     return info
 
 
-def _clip(p: Plan, info: SourceInfo, table: dict[str, np.ndarray] | None, piece, s: int, writer: ClipWriter,
-          tally, hashes: S.HashIndex) -> None:
+def _clip(p: Plan, info: SourceInfo, table: dict[str, np.ndarray] | None, keys: tuple[list[str], np.ndarray] | None,
+          piece, s: int, writer: ClipWriter, tally, hashes: S.HashIndex) -> None:
     t, F = p.cfg.thresholds, p.cfg.clip_frames
     frames, src = piece.frames[s:s + F], piece.src[s:s + F]  # (F, H, W, 3) uint8, (F,) source frames
     gray = S.gray_ref(frames)
@@ -199,6 +199,8 @@ def _clip(p: Plan, info: SourceInfo, table: dict[str, np.ndarray] | None, piece,
         luma = gray.reshape(F, -1).mean(axis=1)
         fields = video_fields(info.name, start / p.fps, F / p.fps, info.fps, p.fps, luma, camera["flow"], fl.motion)
     meta["captions"] = caption_record(fields)
+    if keys is not None:
+        meta["keys"] = _clip_keys(keys, src, min(b, len(keys[1])))
     hashes.add(hs, writer.add(frames, meta))
     tally.keep(camera, f"{info.name} at {start / p.fps:.1f} s, {camera['flow']}"
                + (f" (pose: {camera['pose']})" if camera["pose"] else ""))
@@ -230,6 +232,28 @@ def _variables(p: Plan, info: SourceInfo) -> dict[str, np.ndarray] | None:
     names, rec = p.store.spec.variables, info.episode
     table = np.asarray(p.store.open_episode(rec)["game_variables"][:], np.float64).reshape(rec.length, len(names))
     return {n: table[:, j] for j, n in enumerate(names)}
+
+
+def _keys(p: Plan, info: SourceInfo) -> tuple[list[str], np.ndarray] | None:
+    """A store episode's keys: (key names, (T, K) 0/1 held at each step); None for a video. The keys are
+    the action set's buttons (ViZDoom's MOVE_FORWARD, TURN_LEFT, ...), or its action names where it has
+    no buttons (Atari): what a player presses, so InstructNet's operation signal (GameGen-X §3.4) has
+    one meaning across games that share buttons but not action sets."""
+    if info.kind != "episode":
+        return None
+    spec = p.store.spec.action_set
+    combos = np.asarray(spec.combos, np.float32) if spec.buttons else np.eye(len(spec.names), dtype=np.float32)
+    actions = np.asarray(p.store.open_episode(info.episode)["actions"][:], np.int64)
+    return list(spec.buttons or spec.names), combos[actions]
+
+
+def _clip_keys(keys: tuple[list[str], np.ndarray], src: np.ndarray, end: int) -> dict:
+    """clips.jsonl's ``keys``: per clip frame k, the share of the steps from frame k to frame k + 1 (the
+    last frame: to ``end``) in which each key was held. The keys held after frame k lead to frame k + 1."""
+    names, held = keys
+    bounds = [int(v) for v in src[1:]] + [end]
+    rows = [held[a:max(a + 1, b)].mean(axis=0) for a, b in zip((int(v) for v in src), bounds)]
+    return {"names": names, "held": [[round(float(v), 3) for v in r] for r in rows]}
 
 
 def _dead(v: dict[str, np.ndarray]) -> bool:

@@ -9,12 +9,54 @@ same frames.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
 from ..diffusion.flow import euler_sample, guided
 from ..errors import UserError
 from ..models.clip_model import ClipModel
+from ..models.instruct_model import InstructModel
+from ..models.instructnet import ControlInputs, controlled, latent_keys
+
+
+@dataclass
+class Steering:
+    """InstructNet's control of one continuation (§3.4); each part optional."""
+
+    instruct: InstructModel
+    keys: tuple[str, ...] = ()  # held through the whole clip (the generated frames are what they lead to)
+    instruction: str | None = None  # an instruction caption (the INS fields: Env, Trans, Light, Act, Misc)
+    prompt: np.ndarray | None = None  # (F, H, W, 3) uint8 video prompt of the clip's frames (curate/prompts.py)
+
+    def inputs(self, model: ClipModel) -> ControlInputs:
+        """The batch-of-one ControlInputs; a UserError for an unknown key or a prompt of the wrong shape."""
+        names, device = self.instruct.meta.key_names, model.net.device
+        unknown = [k for k in self.keys if k not in names]
+        if unknown:
+            raise UserError(f"unknown key {unknown[0]!r}", "use keys this InstructNet knows: " + ", ".join(names))
+        m, D = model.meta, model.net.config.text_dim
+        held = torch.zeros(1, m.frames, len(names))
+        held[..., [names.index(k) for k in self.keys]] = 1
+        keys = latent_keys(held, model.codec.vae.temporal_compression)  # (1, L, K)
+        if self.instruction is None:
+            instruction, mask = torch.zeros(1, 1, D), torch.ones(1, 1, dtype=torch.bool)
+        else:
+            instruction, mask = model.text.encode([self.instruction])  # (1, Li, D); a UserError for a bad text
+        prompt = torch.zeros(1, *model.latent_shape)
+        if self.prompt is not None:
+            if self.prompt.shape != (m.frames, m.height, m.width, 3) or self.prompt.dtype != np.uint8:
+                raise UserError(f"video prompt {self.prompt.shape} {self.prompt.dtype}, the model makes {m.frames} "
+                                f"frames of {m.width}x{m.height}", "pass a prompt of the clip's frames")
+            with torch.inference_mode():
+                prompt = model.codec.encode_clip(self.prompt)[None]
+
+        def on(given: bool) -> torch.Tensor:
+            return torch.tensor([given], device=device)
+
+        return ControlInputs(keys.to(device), on(bool(self.keys)), instruction.to(device), mask.to(device),
+                             on(self.instruction is not None), prompt.to(device), on(self.prompt is not None))
 
 
 def context_frames_used(model: ClipModel, given: int) -> int:
@@ -32,8 +74,9 @@ def context_frames_used(model: ClipModel, given: int) -> int:
 
 @torch.inference_mode()
 def _sample(model: ClipModel, prompt: str, seed: int, context: torch.Tensor | None, steps: int | None,
-            guidance: float | None, shift: float | None) -> np.ndarray:
-    """context (X, C, h, w) clean latents or None -> uint8 (F, H, W, 3)."""
+            guidance: float | None, shift: float | None, steer: Steering | None = None) -> np.ndarray:
+    """context (X, C, h, w) clean latents or None -> uint8 (F, H, W, 3). With ``steer``, InstructNet
+    steers both CFG branches alike: guidance stays on the text alone."""
     s = model.sampler
     steps = s.steps if steps is None else steps
     guidance = s.guidance if guidance is None else guidance
@@ -47,9 +90,13 @@ def _sample(model: ClipModel, prompt: str, seed: int, context: torch.Tensor | No
     cond = {"encoder_hidden_states": hidden.to(device), "encoder_attention_mask": mask.to(device), **meta}
     # The unconditional branch: the same tensors with no real token, which MSDiT reads as its null text.
     uncond = {**cond, "encoder_attention_mask": torch.zeros_like(cond["encoder_attention_mask"])}
+    net = model.net
+    if steer is not None:
+        controls = steer.inputs(model).as_kwargs()
+        cond, uncond, net = {**cond, **controls}, {**uncond, **controls}, controlled(model.net, steer.instruct.net)
     noise = torch.randn((1, *model.latent_shape), generator=torch.Generator().manual_seed(seed)).to(device)
     ctx = None if context is None else context[None].to(device)
-    x0 = euler_sample(guided(model.net, cond, uncond, guidance), noise, ctx, steps=steps, shift=shift)
+    x0 = euler_sample(guided(net, cond, uncond, guidance), noise, ctx, steps=steps, shift=shift)
     return model.codec.decode_clip(x0[0])  # (L, C, h, w) -> (F, H, W, 3)
 
 
@@ -60,10 +107,11 @@ def generate(model: ClipModel, prompt: str, seed: int = 0, steps: int | None = N
 
 
 def continue_clip(model: ClipModel, context_frames: np.ndarray, prompt: str, seed: int = 0, steps: int | None = None,
-                  guidance: float | None = None, shift: float | None = None) -> np.ndarray:
+                  guidance: float | None = None, shift: float | None = None, steer: Steering | None = None) -> np.ndarray:
     """Continue uint8 frames (X, H, W, 3) -> uint8 (F, H, W, 3): the last 1 + 4k of the given frames
     (``context_frames_used``) are encoded and held clean, the rest is generated; the whole clip is
-    decoded, so its first 1 + 4k frames are the codec's reconstruction of the context."""
+    decoded, so its first 1 + 4k frames are the codec's reconstruction of the context. ``steer``:
+    InstructNet's keys, instruction and video prompt (§3.4)."""
     frames = np.asarray(context_frames)
     m = model.meta
     if frames.ndim != 4 or frames.shape[1:] != (m.height, m.width, 3) or frames.dtype != np.uint8:
@@ -72,4 +120,4 @@ def continue_clip(model: ClipModel, context_frames: np.ndarray, prompt: str, see
     used = context_frames_used(model, len(frames))
     with torch.inference_mode():
         context = model.codec.encode_clip(frames[-used:])  # (x, C, h, w), x = 1 + (used - 1) / 4
-    return _sample(model, prompt, seed, context, steps, guidance, shift)
+    return _sample(model, prompt, seed, context, steps, guidance, shift, steer)

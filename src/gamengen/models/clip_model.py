@@ -23,6 +23,7 @@ import torch
 
 from ..atomic import write_bytes_atomic, write_folder_atomic, write_json_atomic
 from ..errors import UserError
+from .loading import load_net
 from .msdit import MSDiT
 from .text_encoder import CaptionEncoder
 from .video_vae import ClipCodec
@@ -160,20 +161,11 @@ class ClipModel:
 
     @classmethod
     def from_pretrained(cls, folder: str | Path, device: str | torch.device = "cpu") -> "ClipModel":
-        from safetensors import SafetensorError
-
         folder = Path(folder)
         meta, sampler = cls.read_meta(folder)
         codec = ClipCodec.load(folder / CODEC_DIR, device)
         text = CaptionEncoder.load(folder / TEXT_DIR, device)
-        try:
-            kind = json.loads((folder / MSDIT_DIR / "config.json").read_text()).get("_class_name")
-            if kind != MSDiT.__name__:
-                raise ValueError(f"{MSDIT_DIR}/config.json describes {kind}, not {MSDiT.__name__}")
-            net = MSDiT.from_pretrained(folder / MSDIT_DIR, use_safetensors=True, torch_dtype=torch.float32)
-        except (OSError, ValueError, RuntimeError, KeyError, TypeError, AttributeError, SafetensorError) as e:
-            raise UserError(f"the MSDiT in {folder} is damaged ({type(e).__name__}: {str(e)[:100]})",
-                            "re-export the model with `gamengen clip train`") from None
+        net = load_net(MSDiT, folder / MSDIT_DIR, folder, "re-export the model with `gamengen clip train`")
         return cls(net.to(device).eval().requires_grad_(False), codec, text, meta, sampler)
 
 

@@ -13,6 +13,9 @@ learned embedding) for the dropped captions, or equivalently any text with an al
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from diffusers import ConfigMixin, ModelMixin
@@ -24,6 +27,22 @@ from diffusers.models.embeddings import (PixArtAlphaTextProjection, TimestepEmbe
 from torch import nn
 
 Rope = tuple[torch.Tensor, torch.Tensor]  # (cos, sin), each (N, head_dim) for N positions
+
+
+@dataclass
+class BaseState:
+    """What a control branch reads from one MSDiT pass, before the first layer."""
+
+    tokens: torch.Tensor  # (B, F, S, D) the patch-embedded latents
+    cond: torch.Tensor  # (B, F, D) timestep, metadata (and pooled caption) conditioning
+    mod: torch.Tensor  # (B, F, 6, D) the shared adaLN-single modulation
+    text: torch.Tensor  # (B, L, D) the projected caption
+    text_mask: torch.Tensor | None  # (B, L) bool
+    rope_spatial: Rope
+    rope_temporal: Rope
+
+
+Control = Callable[[BaseState], list[torch.Tensor]]
 
 MSDIT_PRESETS: dict[str, dict] = {
     # For tests: 90,176 parameters.
@@ -181,12 +200,22 @@ class MSDiT(ModelMixin, ConfigMixin):
                  for pos in positions]
         return torch.cat([c for c, _ in parts], -1), torch.cat([s for _, s in parts], -1)
 
+    def run_block(self, block: "MSDiTBlock", tokens: torch.Tensor, mod: torch.Tensor, text: torch.Tensor,
+                  mask: torch.Tensor | None, rope: Rope) -> torch.Tensor:
+        """One block, gradient-checkpointed when that is on and gradients are wanted."""
+        if torch.is_grad_enabled() and self.gradient_checkpointing:
+            return self._gradient_checkpointing_func(block, tokens, mod, text, mask, rope)
+        return block(tokens, mod, text, mask, rope)
+
     def forward(self, x: torch.Tensor, t: torch.Tensor, encoder_hidden_states: torch.Tensor,
                 encoder_attention_mask: torch.Tensor | None = None, *, fps: torch.Tensor, num_frames: torch.Tensor,
-                height: torch.Tensor, width: torch.Tensor) -> torch.Tensor:
+                height: torch.Tensor, width: torch.Tensor, control: Control | None = None) -> torch.Tensor:
         """x (B, F, C, h, w) latents; t (B, F) in [0, 1], 0 on clean context frames; encoder_hidden_states
         (B, L, text_dim); encoder_attention_mask (B, L) bool, True = real token (None: all real); fps,
-        num_frames, height, width (B,) -> velocity (B, F, C, h, w)."""
+        num_frames, height, width (B,) -> velocity (B, F, C, h, w).
+
+        ``control`` (GameGen-X §3.4's InstructNet, models/instructnet.py) is called once with this pass's
+        BaseState and returns residuals (B, F, S, D), the i-th added to the tokens after layer i."""
         B, T, C, h, w = x.shape
         p = self.config.patch_size
         # Sides that are not a multiple of the patch (15 x 20 from our 2D AE) are zero-padded at the
@@ -213,12 +242,12 @@ class MSDiT(ModelMixin, ConfigMixin):
         grid = dict(device=x.device, dtype=torch.float32)
         rope_s = self._rope([torch.arange(hp, **grid).repeat_interleave(wp), torch.arange(wp, **grid).repeat(hp)])
         rope_t = self._rope([torch.arange(T, **grid)])
-        for spatial, temporal in zip(self.spatial_blocks, self.temporal_blocks):
+        residuals = control(BaseState(tokens, c, mod, text, mask, rope_s, rope_t)) if control is not None else []
+        for i, (spatial, temporal) in enumerate(zip(self.spatial_blocks, self.temporal_blocks)):
             for block, rope in ((spatial, rope_s), (temporal, rope_t)):
-                if torch.is_grad_enabled() and self.gradient_checkpointing:
-                    tokens = self._gradient_checkpointing_func(block, tokens, mod, text, mask, rope)
-                else:
-                    tokens = block(tokens, mod, text, mask, rope)
+                tokens = self.run_block(block, tokens, mod, text, mask, rope)
+            if i < len(residuals):
+                tokens = tokens + residuals[i]
 
         shift, scale = self.out_modulation(c).unsqueeze(2).chunk(2, dim=-1)  # (B, F, 1, D) each
         out = self.proj_out(self.norm_out(tokens) * (1 + scale) + shift)  # (B, F, S, p*p*C)

@@ -40,7 +40,7 @@ from ..models.msdit import MSDIT_PRESETS, MSDiT
 from ..models.text_encoder import TEXT_ENCODER_PRESETS, CaptionEncoder
 from ..models.video_vae import ClipCodec
 from .clip_data import Batch, TextCache, cache_latents, cache_text, codec_key, make_batch, text_key
-from .run import Deadline, RunFolder, descend
+from .run import RunFolder, run_steps
 from .world_model import seed_of
 
 Report = Callable[[int, int, float], None]
@@ -293,24 +293,16 @@ def train_clip(clips: str | Path | list, out: str | Path, cfg: ClipTrainConfig, 
     L, r = shape[0], clip_codec.vae.temporal_compression
     per_step = {n: cfg.batch_size * L // n for n in {1, L}}  # samples of n latent frames: the tokens of batch_size clips
     cond = {n: model.conditions(b, frames=1 + r * (n - 1)) for n, b in per_step.items()}
-    report(done, cfg.steps, losses[-1] if losses else float("nan"))
-    deadline = Deadline(cfg.max_minutes)
     net.train()
-    while done < cfg.steps:
-        n = step_length(cfg, done, L)
-        draws = [draw_sample(cfg, done, i, len(latents), (n, *shape[1:])) for i in range(per_step[n])]
+
+    def step_loss(step: int) -> torch.Tensor:
+        n = step_length(cfg, step, L)
+        draws = [draw_sample(cfg, step, i, len(latents), (n, *shape[1:])) for i in range(per_step[n])]
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
-            loss = batch_loss(net, make_batch(draws, latents, features, device), cond[n])
-        descend(loss, opt, net.parameters(), cfg.grad_clip)
-        done += 1
-        losses.append(loss.item())
-        report(done, cfg.steps, losses[-1])
-        late = deadline.passed()
-        if done % cfg.checkpoint_every == 0 or done == cfg.steps or late:
-            run.save(done, {"step": done, "model": net.state_dict(), "optimizer": opt.state_dict(), "losses": losses})
-            run.write_losses(losses)
-        if late:
-            break
+            return batch_loss(net, make_batch(draws, latents, features, device), cond[n])
+
+    done = run_steps(run, net, opt, done, losses, cfg.steps, step_loss, report, grad_clip=cfg.grad_clip,
+                     checkpoint_every=cfg.checkpoint_every, max_minutes=cfg.max_minutes)
     net.eval().requires_grad_(False)
     model.meta.train_steps = init_steps + done
     note = "\nTrained on the clip dataset" + ("s " if len(clips) > 1 else " ") + ", ".join(f"`{c}`" for c in clips) + ".\n"

@@ -9,7 +9,6 @@ back with np.load(allow_pickle=False) and safetensors only.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 from dataclasses import dataclass
@@ -21,6 +20,8 @@ import torch
 
 from ..atomic import write_bytes_atomic
 from ..curate.dataset import ClipDataset
+from ..curate.prompts import video_prompt
+from ..digest import digest
 from ..models.text_encoder import CaptionEncoder
 from ..models.video_vae import ClipCodec
 
@@ -28,22 +29,9 @@ if TYPE_CHECKING:
     from .clip import SampleDraw
 
 
-def _digest(*parts) -> str:
-    """sha256 over state dicts (every tensor, by name) and JSON-able values: a cache key."""
-    h = hashlib.sha256()
-    for part in parts:
-        if isinstance(part, dict) and part and all(isinstance(v, torch.Tensor) for v in part.values()):
-            for k, v in sorted(part.items()):
-                h.update(k.encode())
-                h.update(v.detach().cpu().contiguous().numpy().tobytes())
-        else:
-            h.update(json.dumps(part, sort_keys=True, default=str).encode())
-    return h.hexdigest()[:16]
-
-
 def codec_key(codec: ClipCodec) -> str:
     """Which latents a codec makes: its weights and scales (the video VAE's and its 2D AE's)."""
-    return _digest(codec.vae.state_dict(), codec.frame.ae.state_dict(), codec.scale, codec.frame.scale)
+    return digest(codec.vae.state_dict(), codec.frame.ae.state_dict(), codec.scale, codec.frame.scale)
 
 
 def text_key(encoder: CaptionEncoder) -> str:
@@ -51,20 +39,24 @@ def text_key(encoder: CaptionEncoder) -> str:
     padding and truncation, which encoding itself sets)."""
     tok = {k: v for k, v in json.loads(encoder.tokenizer.backend_tokenizer.to_str()).items()
            if k not in ("padding", "truncation")}
-    return _digest(encoder.model.state_dict(), tok)
+    return digest(encoder.model.state_dict(), tok)
 
 
 @torch.no_grad()
-def cache_latents(ds: ClipDataset, codec: ClipCodec, folder: Path,
-                  stage: Callable[[str], None] = lambda m: None) -> np.ndarray:
-    """(N, L, C, h, w) float16 scaled video latents of every clip, read from or written to ``folder``."""
-    data_id = [ds.info, [ds.meta(i) for i in range(len(ds))]]  # clips.jsonl names each clip's source and sha256
-    key = _digest(codec_key(codec), data_id)
-    path = folder / f"latents-{key}.npy"
+def cache_latents(ds: ClipDataset, codec: ClipCodec, folder: Path, stage: Callable[[str], None] = lambda m: None,
+                  prompt: str | None = None) -> np.ndarray:
+    """(N, L, C, h, w) float16 scaled video latents of every clip, read from or written to ``folder``;
+    with ``prompt`` (curate/prompts.py's kinds), the latents of each clip's video prompt of that kind."""
+    # A clip's frames are fixed by its source (file or episode sha256, frame indices) and the dataset's size
+    # and rate: captions and keys can change without re-encoding.
+    data_id = [ds.info, [ds.meta(i)["source"] for i in range(len(ds))]]
+    key = digest(codec_key(codec), data_id, *([prompt] if prompt else []))
+    path = folder / f"{prompt or 'latents'}-{key}.npy"
     if path.is_file():
         return np.load(path, allow_pickle=False)
-    stage(f"encoding {len(ds)} clips into video latents")
-    out = np.stack([codec.encode_clip(ds.frames(i)).cpu().numpy().astype(np.float16) for i in range(len(ds))])
+    stage(f"encoding {len(ds)} clips' {f'{prompt} prompts' if prompt else 'frames'} into video latents")
+    video = (lambda f: video_prompt(prompt, f)) if prompt else (lambda f: f)
+    out = np.stack([codec.encode_clip(video(ds.frames(i))).cpu().numpy().astype(np.float16) for i in range(len(ds))])
     buf = io.BytesIO()
     np.save(buf, out, allow_pickle=False)
     folder.mkdir(parents=True, exist_ok=True)
@@ -90,7 +82,7 @@ def cache_text(captions: list[str], encoder: CaptionEncoder, folder: Path,
     """Features of every caption (each encoded once, however many clips share it), cached in ``folder``."""
     from safetensors.numpy import load_file, save
 
-    key = _digest(text_key(encoder), captions)
+    key = digest(text_key(encoder), captions)
     path = folder / f"text-{key}.safetensors"
     if path.is_file():
         d = load_file(path)
@@ -119,14 +111,21 @@ class Batch:
     text_mask: torch.Tensor  # (B, Lt) bool; all False for a dropped caption (MSDiT's null text)
 
 
-def make_batch(draws: list["SampleDraw"], latents: np.ndarray, text: TextCache, device: torch.device) -> Batch:
-    rows = [text.rows(d.clip) for d in draws]
+def text_rows(text: TextCache, clips: list[int], drop: list[bool]) -> tuple[np.ndarray, np.ndarray]:
+    """The captions of ``clips`` as one batch: (B, Lt, D) float32 features zero-padded to the longest,
+    and (B, Lt) bool mask, all False where ``drop`` (MSDiT's null text)."""
+    rows = [text.rows(c) for c in clips]
     width = max(len(r) for r in rows)
-    hidden = np.zeros((len(draws), width, rows[0].shape[1]), np.float32)
-    mask = np.zeros((len(draws), width), bool)
-    for i, (r, d) in enumerate(zip(rows, draws)):
+    hidden = np.zeros((len(clips), width, text.hidden.shape[1]), np.float32)
+    mask = np.zeros((len(clips), width), bool)
+    for i, (r, d) in enumerate(zip(rows, drop)):
         hidden[i, :len(r)] = r
-        mask[i, :len(r)] = not d.drop_text
+        mask[i, :len(r)] = not d
+    return hidden, mask
+
+
+def make_batch(draws: list["SampleDraw"], latents: np.ndarray, text: TextCache, device: torch.device) -> Batch:
+    hidden, mask = text_rows(text, [d.clip for d in draws], [d.drop_text for d in draws])
     # A draw's noise says how many latent frames it takes: the clip's first n (its prefix, thanks to the
     # causal codec; n = 1 for an image step).
     z = torch.from_numpy(np.stack([latents[d.clip][:len(d.noise)] for d in draws]).astype(np.float32))

@@ -97,6 +97,29 @@ def descend(loss, optimizer, params, grad_clip: float) -> None:
     optimizer.step()
 
 
+def run_steps(run: RunFolder, net, opt, done: int, losses: list[float], steps: int, step_loss: Callable[[int], object],
+              report: Callable[[int, int, float], None], *, grad_clip: float, checkpoint_every: int,
+              max_minutes: float | None) -> int:
+    """The loop of a run whose state is its model, optimizer and losses: from step ``done`` to ``steps``,
+    descend ``step_loss(step)`` (a scalar tensor); checkpoint every ``checkpoint_every`` steps, at the
+    last, and when ``max_minutes`` have passed (then stop). -> the steps done."""
+    report(done, steps, losses[-1] if losses else float("nan"))
+    deadline = Deadline(max_minutes)
+    while done < steps:
+        loss = step_loss(done)
+        descend(loss, opt, net.parameters(), grad_clip)
+        done += 1
+        losses.append(loss.item())
+        report(done, steps, losses[-1])
+        late = deadline.passed()
+        if done % checkpoint_every == 0 or done == steps or late:
+            run.save(done, {"step": done, "model": net.state_dict(), "optimizer": opt.state_dict(), "losses": losses})
+            run.write_losses(losses)
+        if late:
+            break
+    return done
+
+
 def end_step(run: RunFolder, deadline: "Deadline", done: int, last: int, every: int, state: Callable[[], dict],
              losses: list[float]) -> tuple[int, bool]:
     """After step ``done`` of a loop that keeps ``losses``: the time budget may make it the last;

@@ -1,0 +1,254 @@
+"""`gamengen clip train-instruct`: GameGen-X's stage 2, InstructNet beside the frozen clip model (§3.4, §3.5).
+
+§3.5's recipe: the foundation model is frozen and the task is 100% continuation (the first x of L
+latent frames held clean, x uniform in 1..L-1); 20% of the samples have no control, the other 80%
+are 30% instruction + keys, 30% instruction only, 30% instruction + video prompt, 10% all three, the
+prompt's kind drawn uniformly. §3.4: light Gaussian noise on the context latents, against the error
+that builds up when a model continues its own output. The base still reads the clip's GEN caption,
+dropped 25% of the time as in stage 1, so CFG on it works with InstructNet attached.
+
+Inputs come from the clip datasets (curate/dataset.py): the clip's latents and video-prompt latents
+(encoded once by the base's codec, cached in the run), its GEN and instruction captions (encoded once
+by the base's text encoder) and its keys per frame. A clip without keys (a video file) draws
+instruction only where its draw asked for keys. Without --prompts there are no video prompts: those
+draws fall back the same way (instruction + video prompt -> instruction; all three -> instruction + keys).
+
+Every draw of step s, sample i comes from a generator seeded by (seed, s, i), so a run resumes
+exactly (train/run.py)::
+
+    <run>/config.json, checkpoints/, losses.json   as for `gamengen clip train`
+    <run>/cache/                                   latents, prompt latents, caption features
+    <run>/model/                                   the InstructNet (models/instruct_model.py)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ..curate.dataset import ClipDataset
+from ..curate.prompts import KINDS
+from ..diffusion.flow import flow_loss, frame_mask, sample_t
+from ..errors import UserError
+from ..models.clip_model import ClipModel
+from ..models.instruct_model import InstructMeta, InstructModel, base_key
+from ..models.instructnet import ControlInputs, InstructNet, controlled, latent_keys
+from .clip import open_datasets
+from .clip_data import TextCache, cache_latents, cache_text, text_rows
+from .run import RunFolder, run_steps
+from .world_model import seed_of
+
+MODES = ("none", "keys", "instruction", "prompt", "all")  # what a sample is given besides the GEN caption
+
+
+@dataclass
+class InstructTrainConfig:
+    steps: int = 2000
+    batch_size: int = 8
+    learning_rate: float = 5e-4  # §3.5's fixed Adam rate of stage 1; the paper gives none for stage 2
+    grad_clip: float = 1.0
+    layers: int | None = None  # InstructNet's layer pairs; None: half the base's (the paper: 28 blocks beside 28 layers)
+    # §3.5: 20% without control; of the rest 30% instruction + keys, 30% instruction only, 30% instruction +
+    # video prompt, 10% all three.
+    no_control: float = 0.2
+    recipe: dict = field(default_factory=lambda: {"keys": 0.3, "instruction": 0.3, "prompt": 0.3, "all": 0.1})
+    prompts: list[str] = field(default_factory=list)  # video prompt kinds (curate/prompts.py KINDS); [] = none
+    text_dropout: float = 0.25  # the GEN caption, as in stage 1
+    context_noise: float = 0.05  # std of §3.4's light Gaussian noise on the context latents (ours: the paper gives none)
+    timesteps: str = "logit_normal"
+    seed: int = 0
+    checkpoint_every: int = 250
+    keep_checkpoints: int = 2
+    max_minutes: float | None = None
+    bf16: bool = False
+
+    def __post_init__(self) -> None:
+        if self.steps < 0 or self.batch_size < 1 or self.checkpoint_every < 1 or self.learning_rate <= 0:
+            raise UserError("steps must be >= 0, batch size and checkpoint cadence >= 1, the learning rate > 0",
+                            "fix the training settings")
+        if self.layers is not None and self.layers < 1:
+            raise UserError(f"--layers must be at least 1, got {self.layers}", "e.g. --layers 3")
+        if not (0 <= self.no_control <= 1 and 0 <= self.text_dropout <= 1 and self.context_noise >= 0):
+            raise UserError("the no-control share and text dropout must be in [0, 1], the context noise >= 0",
+                            "fix the training settings")
+        if set(self.recipe) != set(MODES[1:]) or min(self.recipe.values()) < 0 or not sum(self.recipe.values()) > 0:
+            raise UserError(f"the control recipe needs shares >= 0 for {', '.join(MODES[1:])}", "fix the recipe")
+        unknown = sorted(set(self.prompts) - set(KINDS))
+        if unknown:
+            raise UserError(f"unknown video prompt kind {unknown[0]!r}", "use one of: " + ", ".join(KINDS))
+
+
+@dataclass
+class InstructDraw:
+    clip: int
+    context: int  # latent frames held clean, 1..L-1
+    drop_text: bool  # the GEN caption dropped (the base's null text)
+    t: float
+    noise: torch.Tensor  # (L, C, h, w)
+    context_noise: torch.Tensor  # (L, C, h, w), scaled; used on the context frames only
+    mode: str  # one of MODES, after the fall-backs for a clip without keys and a run without prompts
+    prompt: int  # index into cfg.prompts (when mode uses a prompt)
+
+
+def draw_sample(cfg: InstructTrainConfig, step: int, i: int, n_clips: int, latent_shape: tuple[int, ...],
+                has_keys: np.ndarray) -> InstructDraw:
+    """Sample i of step ``step`` from a generator seeded by (seed, step, i); a fixed order of draws."""
+    g = torch.Generator().manual_seed(seed_of(cfg.seed, step, i))
+    clip = int(torch.randint(n_clips, (), generator=g))
+    L = latent_shape[0]
+    x = int(torch.randint(1, max(L, 2), (), generator=g))
+    u_text, u_control, u_mode, u_prompt = torch.rand(4, generator=g).tolist()
+    t = float(sample_t(1, g, cfg.timesteps)[0])
+    noise = torch.randn(latent_shape, generator=g)
+    context_noise = cfg.context_noise * torch.randn(latent_shape, generator=g)
+    mode = "none"
+    if u_control >= cfg.no_control:
+        shares = np.array([cfg.recipe[m] for m in MODES[1:]], np.float64)
+        mode = MODES[1:][min(int(np.searchsorted(np.cumsum(shares / shares.sum()), u_mode, side="right")), 3)]
+    if not cfg.prompts:
+        mode = {"prompt": "instruction", "all": "keys"}.get(mode, mode)
+    if not has_keys[clip]:
+        mode = {"keys": "instruction", "all": "prompt"}.get(mode, mode)
+        if mode == "prompt" and not cfg.prompts:
+            mode = "instruction"
+    prompt = min(int(u_prompt * len(cfg.prompts)), len(cfg.prompts) - 1) if cfg.prompts else 0
+    return InstructDraw(clip, x, u_text < cfg.text_dropout, t, noise, context_noise, mode, prompt)
+
+
+@dataclass
+class InstructData:
+    """Everything a batch is made from, in memory."""
+
+    latents: np.ndarray  # (N, L, C, h, w) float16
+    prompts: list[np.ndarray]  # per kind of cfg.prompts, (N, L, C, h, w) float16
+    keys: np.ndarray  # (N, F, K) float32 held shares per video frame, in key_names order
+    has_keys: np.ndarray  # (N,) bool
+    captions: TextCache  # GEN
+    instructions: TextCache  # INS
+
+
+def key_table(sets: list[ClipDataset]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Every clip's keys in one vocabulary (the datasets' key names, first seen first):
+    (names, (N, F, K) float32, (N,) bool has keys). ViZDoom stores share button names, so a scenario's
+    TURN_LEFT is a map's TURN_LEFT."""
+    names: list[str] = []
+    for ds in sets:
+        for i in range(len(ds)):
+            k = ds.keys(i)
+            if k is not None:
+                names += [n for n in k[0] if n not in names]
+    if not names:
+        raise UserError("no clip records keys (the clips come from video files, or were curated before keys were kept)",
+                        "curate trajectory stores with this gamengen (`gamengen curate --from STORE`)")
+    F = sets[0].clip_frames
+    rows, has = [], []
+    for ds in sets:
+        for i in range(len(ds)):
+            k, row = ds.keys(i), np.zeros((F, len(names)), np.float32)
+            if k is not None:
+                row[:, [names.index(n) for n in k[0]]] = k[1]
+            rows.append(row)
+            has.append(k is not None)
+    return names, np.stack(rows), np.array(has)
+
+
+def batch_inputs(draws: list[InstructDraw], data: InstructData, compression: int, device: torch.device):
+    """-> (z (B, L, C, h, w) with noised context frames, noise, t (B,), context (B,), GEN text and mask,
+    ControlInputs)."""
+    clips = [d.clip for d in draws]
+    z = torch.from_numpy(data.latents[clips].astype(np.float32))
+    B, L = z.shape[:2]
+    mask = frame_mask(B, L, torch.tensor([d.context for d in draws]))  # (B, L): 0 on context frames
+    # §3.4: light noise on the context frames only; the generated frames' targets stay the clean latents.
+    z = z + (1 - mask)[..., None, None, None] * torch.stack([d.context_noise for d in draws])
+    text, text_mask = text_rows(data.captions, clips, [d.drop_text for d in draws])
+    modes = [d.mode for d in draws]
+    has_keys = torch.tensor([m in ("keys", "all") for m in modes])
+    has_instruction = torch.tensor([m != "none" for m in modes])
+    has_prompt = torch.tensor([m in ("prompt", "all") for m in modes])
+    ins, ins_mask = text_rows(data.instructions, clips, [not h for h in has_instruction.tolist()])
+    keys = latent_keys(torch.from_numpy(data.keys[clips]), compression)  # (B, L, K)
+    prompt = torch.zeros_like(z)
+    for b, d in enumerate(draws):
+        if has_prompt[b]:
+            prompt[b] = torch.from_numpy(data.prompts[d.prompt][d.clip].astype(np.float32))
+    controls = ControlInputs(keys, has_keys, torch.from_numpy(ins), torch.from_numpy(ins_mask), has_instruction,
+                             prompt, has_prompt)
+    to = lambda v: v.to(device)  # noqa: E731
+    return (to(z), to(torch.stack([d.noise for d in draws])), to(torch.tensor([d.t for d in draws])),
+            to(mask), to(torch.from_numpy(text)), to(torch.from_numpy(text_mask)),
+            ControlInputs(**{k: to(v) for k, v in controls.as_kwargs().items()}))
+
+
+def _check_datasets(sets: list[ClipDataset], base: ClipModel, clips: list[Path]) -> None:
+    m, ds = base.meta, sets[0]
+    if (ds.clip_frames, ds.height, ds.width) != (m.frames, m.height, m.width) or abs(ds.fps - m.fps) > 1e-6:
+        raise UserError(f"the clips in {clips[0]} are {ds.clip_frames} frames of {ds.width}x{ds.height} at {ds.fps:g} fps, "
+                        f"the clip model makes {m.frames} of {m.width}x{m.height} at {m.fps:g}",
+                        "curate the clips like the clip model's own")
+
+
+def train_instruct(clips: list[str | Path], model: str | Path, out: str | Path, cfg: InstructTrainConfig,
+                   report: Callable[[int, int, float], None] = lambda s, n, loss: None,
+                   warn: Callable[[str], None] = print, *, stage: Callable[[str], None] = lambda m: None) -> InstructModel:
+    """Train (or resume) an InstructNet beside the frozen clip model in ``model`` on the clip datasets
+    ``clips``; the run folder is ``out``, the InstructNet ``out/model``."""
+    clips, out = [Path(c) for c in clips], Path(out)
+    base = ClipModel.from_pretrained(model)
+    sets, captions = open_datasets(clips)
+    _check_datasets(sets, base, clips)
+    names, keys, has_keys = key_table(sets)
+    instructions = [ds.meta(i)["captions"].get("instruction") or "" for ds in sets for i in range(len(ds))]
+    if not all(instructions):
+        raise UserError("some clips have no instruction caption", "re-run `gamengen curate` with this gamengen")
+    data_paths = [str(c.resolve()) for c in clips]
+    run = RunFolder(out, {**dataclasses.asdict(cfg), "data": data_paths, "model": str(Path(model).resolve()),
+                          "base": base_key(base)}, keep=cfg.keep_checkpoints).open()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    base.net.to(device)
+    cache = out / "cache"
+    data = InstructData(np.concatenate([cache_latents(d, base.codec, cache, stage) for d in sets]),
+                        [np.concatenate([cache_latents(d, base.codec, cache, stage, prompt=k) for d in sets])
+                         for k in cfg.prompts],
+                        keys, has_keys, cache_text(captions, base.text, cache, stage),
+                        cache_text(instructions, base.text, cache, stage))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        net = InstructNet.from_base(base.net, names, cfg.layers)
+    net.to(device).train()
+    opt = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate)
+    done, losses, _ = run.resume_into(net, opt, warn)
+    shape = tuple(data.latents.shape[1:])
+    r = base.codec.vae.temporal_compression
+    cond = base.conditions(cfg.batch_size)
+    velocity = controlled(base.net, net)
+
+    def step_loss(step: int) -> torch.Tensor:
+        draws = [draw_sample(cfg, step, i, len(data.latents), shape, data.has_keys) for i in range(cfg.batch_size)]
+        z, noise, t, mask, text, text_mask, controls = batch_inputs(draws, data, r, device)
+        kwargs = {"encoder_hidden_states": text, "encoder_attention_mask": text_mask, **cond, **controls.as_kwargs()}
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
+            return flow_loss(lambda x, tt: velocity(x, tt, **kwargs), z, noise, t, mask)
+
+    done = run_steps(run, net, opt, done, losses, cfg.steps, step_loss, report, grad_clip=cfg.grad_clip,
+                     checkpoint_every=cfg.checkpoint_every, max_minutes=cfg.max_minutes)
+    net.eval().requires_grad_(False)
+    dataset = {"paths": data_paths, "clips": len(data.latents), "with_keys": int(has_keys.sum())}
+    meta = InstructMeta(base_key(base), str(Path(model)), names, list(cfg.prompts), done, dataset,
+                        {"no_control": cfg.no_control, "recipe": cfg.recipe, "text_dropout": cfg.text_dropout,
+                         "context_noise": cfg.context_noise, "learning_rate": cfg.learning_rate,
+                         "batch_size": cfg.batch_size, "layers": net.config.num_layers})
+    result = InstructModel(net, meta)
+    params = sum(p.numel() for p in net.parameters())
+    card = (f"# gamengen InstructNet\n\nGameGen-X's control branch (§3.4): {net.config.num_layers} layer pairs, "
+            f"{params:,} parameters, trained {done} steps beside the frozen clip model `{model}` (the two go "
+            f"together: this InstructNet refuses any other). It reads the keys {', '.join(names)} per frame, "
+            f"an instruction caption and {'video prompts (' + ', '.join(cfg.prompts) + ')' if cfg.prompts else 'no video prompts'}.\n"
+            f"\nTrained on {len(data.latents)} clips of " + ", ".join(f"`{c}`" for c in clips) + ".\n")
+    result.save_pretrained(out / "model", card)
+    return result

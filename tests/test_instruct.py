@@ -1,0 +1,242 @@
+"""InstructNet (GameGen-X §3.4) and `gamengen clip train-instruct` (§3.5 stage 2), on the toy-game
+clips and tiny clip model of conftest's clip_run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import cli, snapshot
+
+STEPS = 12
+
+
+@pytest.fixture(scope="module")
+def instruct(clip_run) -> Path:
+    """An InstructNet trained STEPS steps beside clip_run's model, with Canny prompts."""
+    out = clip_run / "instruct"
+    res = cli("clip", "train-instruct", "--model", clip_run / "run" / "model", "--data", clip_run / "clips", "--out", out,
+              "--steps", STEPS, "--batch-size", 4, "--checkpoint-every", 5, "--prompt-kind", "canny", check=True)
+    assert f"step {STEPS}" in res.stdout, res.stdout
+    return out
+
+
+def base_and_net(seed: int = 0):
+    from gamengen.models.instructnet import InstructNet
+    from gamengen.models.msdit import MSDIT_PRESETS, MSDiT
+
+    torch.manual_seed(seed)
+    base = MSDiT(**MSDIT_PRESETS["tiny"]).eval().requires_grad_(False)
+    for p in base.parameters():  # a base that is not the identity (a fresh MSDiT outputs zero)
+        p.data += 0.05 * torch.randn_like(p)
+    return base, InstructNet.from_base(base, ["UP", "DOWN", "LEFT"])
+
+
+def inputs(B: int = 2, L: int = 3, C: int = 4, h: int = 5, w: int = 6, on: bool = True):
+    from gamengen.models.instructnet import ControlInputs
+
+    flag = torch.tensor([on] * B)
+    return ControlInputs(torch.rand(B, L, 3), flag, torch.randn(B, 4, 16), torch.ones(B, 4, dtype=torch.bool), flag,
+                         torch.randn(B, L, C, h, w), flag)
+
+
+def call(model, x, t, controls):
+    B = x.shape[0]
+    meta = {"fps": torch.full((B,), 30.0), "num_frames": torch.full((B,), 9.0), "height": torch.full((B,), 40.0),
+            "width": torch.full((B,), 48.0)}
+    text = torch.randn(B, 7, 16, generator=torch.Generator().manual_seed(1))
+    return model(x, t, encoder_hidden_states=text, **meta, **({} if controls is None else controls.as_kwargs()))
+
+
+def test_a_fresh_instructnet_leaves_the_base_as_it_was_and_learns_from_there():
+    from gamengen.models.instructnet import controlled
+
+    base, net = base_and_net()
+    assert net.config.num_layers == 1  # half the tiny base's 2 layers
+    for mine, theirs in ((net.layers[0].spatial, base.spatial_blocks[0]), (net.layers[0].temporal, base.temporal_blocks[0])):
+        assert all(torch.equal(a, b) for a, b in zip(mine.state_dict().values(), theirs.state_dict().values()))
+    x, t = torch.randn(2, 3, 4, 5, 6), torch.rand(2, 3)
+    v_base = call(base, x, t, None)
+    v = call(controlled(base, net), x, t, inputs())
+    assert torch.equal(v, v_base)  # zero-initialised injection and experts (ControlNet's start)
+    v.pow(2).mean().backward()
+    grads = {n for n, p in net.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    assert grads == {"layers.0.out.weight", "layers.0.out.bias"}  # the injection first; the rest follow
+    assert all(p.grad is None for p in base.parameters())  # the base stays frozen
+
+
+def test_each_control_reaches_the_output_and_is_off_exactly_when_not_given():
+    from gamengen.models.instructnet import controlled
+
+    base, net = base_and_net()
+    for p in net.parameters():  # a trained-looking InstructNet: nothing at zero
+        p.data += 0.05 * torch.randn_like(p)
+    model = controlled(base, net)
+    x, t = torch.randn(2, 3, 4, 5, 6), torch.rand(2, 3)
+    off = inputs(on=False)
+    v_off = call(model, x, t, off)
+    for name in ("keys", "instruction", "prompt"):
+        on = inputs(on=False)
+        setattr(on, f"has_{name}", torch.tensor([True, True]))
+        assert not torch.allclose(call(model, x, t, on), v_off, atol=1e-6), name  # the control changes the clip
+        changed = inputs(on=False)  # the control's values change nothing while its flag is off
+        assert torch.equal(call(model, x, t, changed), v_off), name
+    # per sample: sample 0's control does not touch sample 1
+    mixed = inputs()
+    for f in ("has_keys", "has_instruction", "has_prompt"):
+        setattr(mixed, f, torch.tensor([True, False]))
+    v = call(model, x, t, mixed)
+    assert torch.allclose(v[1], v_off[1], atol=1e-6) and not torch.allclose(v[0], v_off[0], atol=1e-6)
+
+
+def test_latent_keys_are_the_keys_that_led_to_each_latent_frames_video_frames():
+    from gamengen.models.instructnet import latent_keys
+
+    held = torch.zeros(1, 9, 2)
+    held[0, 0:4, 0] = 1  # frames 0-3 press key 0: they lead to frames 1-4, latent frame 1
+    held[0, 6, 1] = 1  # frame 6 presses key 1: it leads to frame 7, in latent frame 2 (frames 5-8)
+    held[0, 8, 1] = 1  # the last frame's keys lead out of the clip
+    np.testing.assert_array_equal(latent_keys(held, 4)[0].numpy(), [[0, 0], [1, 0], [0, 0.25]])
+
+
+def test_the_draws_follow_the_stage_2_recipe():
+    from gamengen.train.instruct import InstructTrainConfig, draw_sample
+
+    def shares(cfg, has_keys):
+        n = 4000
+        c = Counter(draw_sample(cfg, s, 0, len(has_keys), (3, 1, 1, 1), has_keys).mode for s in range(n))
+        return {m: c[m] / n for m in c}
+
+    everything = shares(InstructTrainConfig(prompts=["canny", "flow"]), np.ones(5, bool))
+    expect = {"none": 0.2, "keys": 0.24, "instruction": 0.24, "prompt": 0.24, "all": 0.08}  # §3.5
+    assert all(abs(everything[m] - expect[m]) < 0.03 for m in expect), everything
+    no_prompts = shares(InstructTrainConfig(), np.ones(5, bool))  # prompt -> instruction, all -> keys
+    assert set(no_prompts) == {"none", "keys", "instruction"} and abs(no_prompts["keys"] - 0.32) < 0.03
+    no_keys = shares(InstructTrainConfig(), np.zeros(5, bool))  # a video clip: instruction where keys were asked
+    assert set(no_keys) == {"none", "instruction"}
+    d = draw_sample(InstructTrainConfig(prompts=["canny"]), 7, 3, 5, (3, 1, 1, 1), np.ones(5, bool))
+    assert 1 <= d.context <= 2  # 100% continuation (§3.5 stage 2)
+    again = draw_sample(InstructTrainConfig(prompts=["canny"]), 7, 3, 5, (3, 1, 1, 1), np.ones(5, bool))
+    assert torch.equal(d.noise, again.noise) and d.mode == again.mode  # seeded by (seed, step, sample)
+
+
+def test_train_instruct_writes_an_instructnet_that_fits_only_its_base(clip_run, instruct):
+    from gamengen.models.clip_model import ClipModel
+    from gamengen.models.instruct_model import InstructModel
+
+    base = ClipModel.from_pretrained(clip_run / "run" / "model")
+    m = InstructModel.from_pretrained(instruct / "model", base)
+    assert m.meta.train_steps == STEPS and m.meta.prompts == ["canny"]
+    assert m.meta.key_names and m.meta.dataset["with_keys"] == m.meta.dataset["clips"] > 0
+    assert len(json.loads((instruct / "losses.json").read_text())) == STEPS
+    assert any((instruct / "cache").glob("canny-*.npy"))  # the prompt latents, encoded once
+    injected = m.net.layers[0].out.weight
+    assert injected.abs().sum() > 0  # it learned something from its zero start
+    other = clip_run / "other-base"
+    shutil.copytree(clip_run / "run" / "model", other)
+    changed = ClipModel.from_pretrained(other)
+    changed.net.proj_out.bias.data += 1e-3
+    with pytest.raises(Exception, match="trained beside another clip model"):
+        InstructModel.from_pretrained(instruct / "model", changed)
+
+
+def test_a_run_in_pieces_equals_one_run(clip_run, instruct, tmp_path):
+    from safetensors.torch import load_file
+
+    args = ["clip", "train-instruct", "--model", clip_run / "run" / "model", "--data", clip_run / "clips",
+            "--out", tmp_path / "run", "--batch-size", 4, "--checkpoint-every", 5, "--prompt-kind", "canny"]
+    shutil.copytree(instruct / "cache", tmp_path / "run" / "cache")  # the encoded inputs are the same
+    cli(*args, "--steps", 5, check=True)
+    cli(*args, "--steps", STEPS, check=True)
+    a = load_file(instruct / "model" / "instructnet" / "diffusion_pytorch_model.safetensors")
+    b = load_file(tmp_path / "run" / "model" / "instructnet" / "diffusion_pytorch_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_bad_input_is_one_line_exit_2_and_nothing_written(clip_run, tmp_path):
+    no_keys = tmp_path / "no-keys"  # clips without keys, as a video file's are
+    shutil.copytree(clip_run / "clips", no_keys)
+    lines = [json.loads(x) for x in (no_keys / "clips.jsonl").read_text().splitlines()]
+    (no_keys / "clips.jsonl").write_text("".join(json.dumps({k: v for k, v in d.items() if k != "keys"}) + "\n"
+                                                 for d in lines))
+    model, clips = clip_run / "run" / "model", clip_run / "clips"
+    cases = {
+        "no keys": ([model, no_keys], "no clip records keys"),
+        "unknown prompt": ([model, clips, "--prompt-kind", "pose"], "unknown video prompt kind"),
+        "not a clip model": ([clip_run / "vae" / "model", clips], "not a clip model"),
+    }
+    for name, (args, words) in cases.items():
+        before = snapshot(tmp_path)
+        res = cli("clip", "train-instruct", "--model", args[0], "--data", args[1], *args[2:], "--out", tmp_path / "run",
+                  "--steps", 1)
+        assert res.returncode == 2, (name, res.stderr)
+        err = res.stderr.strip().splitlines()
+        assert len(err) == 1 and words in err[0] and "Traceback" not in res.stderr, (name, res.stderr)
+        assert snapshot(tmp_path) == before, name
+
+
+def test_continue_is_steered_by_keys_an_instruction_and_a_video_prompt(clip_run, instruct, tmp_path):
+    from gamengen.data.store import Store
+    from gamengen.engine.clip import Steering, continue_clip
+    from gamengen.models.clip_model import ClipModel
+    from gamengen.models.instruct_model import InstructModel
+
+    store = Store.open(clip_run / "store")
+    rec = store.episodes()[1]
+    source = f"{clip_run / 'store'}:{rec.id}:20"
+    base = ClipModel.from_pretrained(clip_run / "run" / "model")
+    m = InstructModel.from_pretrained(instruct / "model", base)
+    key = m.meta.key_names[0]
+    args = ["clip", "continue", "--model", clip_run / "run" / "model", "--from", source, "--prompt", "the cursor moves",
+            "--steps", 3, "--instruct", instruct / "model"]
+    res = cli(*args, "--key", key, "--instruction", "Act: the player presses UP.", "--video-prompt", "canny",
+              "--out", tmp_path / "steered.mp4", check=True)
+    assert "frames 1-13" in res.stdout and (tmp_path / "steered.mp4").stat().st_size > 0
+    # Each control moves the clip once InstructNet has weights away from its zero start.
+    with torch.no_grad():
+        for p in m.net.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    ctx = np.asarray(store.open_episode(rec)["frames"][7:20])
+    plain = Steering(m)
+    runs = {name: continue_clip(base, ctx, "the cursor moves", seed=0, steps=3, steer=s) for name, s in
+            {"none": plain, "keys": Steering(m, (key,)), "instruction": Steering(m, instruction="Light: darker."),
+             "prompt": Steering(m, prompt=np.asarray(store.open_episode(rec)["frames"][7:24]))}.items()}
+    for name in ("keys", "instruction", "prompt"):
+        assert not np.array_equal(runs[name][13:], runs["none"][13:]), name
+    # bad steering: one line, exit 2, nothing written
+    cases = {"unknown key": (["--instruct", instruct / "model", "--key", "JUMP"], "unknown key 'JUMP'"),
+             "no instructnet": (["--key", key], "steer through an InstructNet"),
+             "unknown prompt": (["--instruct", instruct / "model", "--video-prompt", "pose"], "unknown video prompt"),
+             "not an instructnet": (["--instruct", clip_run / "run" / "model"], "not an InstructNet folder")}
+    for name, (extra, words) in cases.items():
+        before = snapshot(tmp_path)
+        res = cli("clip", "continue", "--model", clip_run / "run" / "model", "--from", source, "--prompt", "x",
+                  "--steps", 1, *extra, "--out", tmp_path / "bad.mp4")
+        err = res.stderr.strip().splitlines()
+        assert res.returncode == 2 and len(err) == 1 and words in err[0], (name, res.stderr)
+        assert snapshot(tmp_path) == before, name
+
+
+def test_eval_control_replays_the_real_game_under_each_key(clip_run, instruct, tmp_path):
+    """SR-C's machinery on the toy game: every case replays to the recorded frame, the real and
+    generated chunks are labelled, and the report holds the ablation, ceiling and chance."""
+    out = tmp_path / "control"
+    res = cli("clip", "eval-control", "--model", clip_run / "run" / "model", "--instruct", instruct / "model",
+              "--data", clip_run / "store", "--out", out, "--contexts", 2, "--key", "LEFT", "--key", "RIGHT",
+              "--key", "JUMP", "--steps", 2, check=True)
+    assert "SR-C" in res.stdout and "chance 0.25" in res.stdout
+    report = json.loads((out / "report.json").read_text())
+    assert len(report["cases"]) == 4 and report["diverged"] == 0  # the replay reaches the recorded frame
+    assert report["skipped"] == {"JUMP not in toy:cursor's actions": 2}
+    labels = {"static", "pan left", "pan right", "forward", "backward", "mixed"}
+    assert all({c["real"], c["steered"], c["base"], c["codec"]} <= labels for c in report["cases"])
+    for column in ("steered", "base", "codec"):
+        assert report[column] is None or 0 <= report[column] <= 1
+    assert sorted(p.name for p in (out / "strips").iterdir()) == ["toy-cursor-LEFT.png", "toy-cursor-RIGHT.png"]
+    assert "| chance | 0.25 |" in (out / "report.md").read_text()
