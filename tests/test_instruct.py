@@ -124,6 +124,12 @@ def test_the_draws_follow_the_stage_2_recipe():
     assert 1 <= d.context <= 2  # 100% continuation (§3.5 stage 2)
     again = draw_sample(InstructTrainConfig(prompts=["canny"]), 7, 3, 5, (3, 1, 1, 1), np.ones(5, bool))
     assert torch.equal(d.noise, again.noise) and d.mode == again.mode  # seeded by (seed, step, sample)
+    # the "w/o instruct captions" ablation: the same draws, never an instruction
+    ablated = [draw_sample(InstructTrainConfig(instructions=False), s, 0, 5, (3, 1, 1, 1), np.ones(5, bool))
+               for s in range(200)]
+    plain = [draw_sample(InstructTrainConfig(), s, 0, 5, (3, 1, 1, 1), np.ones(5, bool)) for s in range(200)]
+    assert [d.mode for d in ablated] == [d.mode for d in plain] and not any(d.instruction for d in ablated)
+    assert all(d.instruction == (d.mode != "none") for d in plain)
 
 
 def test_train_instruct_writes_an_instructnet_that_fits_only_its_base(clip_run, instruct):
@@ -230,13 +236,59 @@ def test_eval_control_replays_the_real_game_under_each_key(clip_run, instruct, t
     res = cli("clip", "eval-control", "--model", clip_run / "run" / "model", "--instruct", instruct / "model",
               "--data", clip_run / "store", "--out", out, "--contexts", 2, "--key", "LEFT", "--key", "RIGHT",
               "--key", "JUMP", "--steps", 2, check=True)
-    assert "SR-C" in res.stdout and "chance 0.25" in res.stdout
+    assert "SR-C" in res.stdout and "chance 0.25" in res.stdout and "SR-E n/a over 0" in res.stdout  # toy: no events
     report = json.loads((out / "report.json").read_text())
-    assert len(report["cases"]) == 4 and report["diverged"] == 0  # the replay reaches the recorded frame
+    assert len(report["cases"]) == 4 and report["diverged"] == 0 and report["events"] == []  # replays reach the recorded frame
     assert report["skipped"] == {"JUMP not in toy:cursor's actions": 2}
     labels = {"static", "pan left", "pan right", "forward", "backward", "mixed"}
     assert all({c["real"], c["steered"], c["base"], c["codec"]} <= labels for c in report["cases"])
     for column in ("steered", "base", "codec"):
-        assert report[column] is None or 0 <= report[column] <= 1
+        assert report["sr_c"][column] is None or 0 <= report["sr_c"][column] <= 1
     assert sorted(p.name for p in (out / "strips").iterdir()) == ["toy-cursor-LEFT.png", "toy-cursor-RIGHT.png"]
     assert "| chance | 0.25 |" in (out / "report.md").read_text()
+
+
+def test_the_sr_e_picture_rule_sees_each_lighting_event_in_the_real_game(tmp_path):
+    """SR-E's rule on real ViZDoom frames: replayed to a recorded frame, the tint events fired show, and
+    the same chunk without an event shows none."""
+    from gamengen.data.store import Store
+    from gamengen.eval.control import PICTURE_EVENTS, _env, hold, replay, shows
+
+    store_dir = tmp_path / "doom"
+    cli("record", "--env", "vizdoom:freedoom1/E1M1", "--steps", 60, "--frame-skip", 2, "--events", "--labels",
+        "--seed", 5, "--out", store_dir, check=True)
+    store = Store.open(store_dir)
+    rec = store.episodes()[0]
+    g = store.open_episode(rec)
+    t, used = 40, 5
+    context = np.asarray(g["frames"][t - used + 1:t + 1])
+    names = [e.name for e in store.spec.events]
+    env = _env(store.spec)
+    try:
+        seen = {}
+        for name in (None, *PICTURE_EVENTS):
+            _, diverged = replay(env, rec.meta["env_seed"], np.asarray(g["actions"][:t]), context[-1])
+            assert not diverged
+            if name is not None:
+                env.fire_event(names.index(name))
+            chunk = np.concatenate([context, hold(env, 0, 12, context[-1])[1:]])
+            effects = {e.effect for e in store.spec.events if e.name in PICTURE_EVENTS}
+            seen[name] = {effect for effect in effects if shows(effect, chunk, used)}
+    finally:
+        env.close()
+    assert seen[None] == set()  # nothing fired, nothing seen
+    for name in ("radiation_suit", "berserk", "invulnerability"):  # the tints show anywhere
+        assert store.spec.events[names.index(name)].effect in seen[name], (name, seen[name])
+    # Lighting shows only where the room is not lit to the full already (not at this spot of E1M1): that
+    # is why SR-E scores only the cases where the rule sees the event in the real game.
+    assert all(seen[name] <= {"light>", "light<"} for name in ("light_amp", "lights_dim", "lights_bright"))
+
+
+def test_bench_clip_times_a_steered_continuation(clip_run, instruct):
+    res = cli("bench", "clip", "--model", clip_run / "run" / "model", "--instruct", instruct / "model", "--prompt",
+              "the cursor moves", "--repeats", 1, "--steps", 2, "--json", check=True)
+    r = json.loads(res.stdout)
+    assert r["steered_continuation_s"] > 0 and r["continuation_s"] > 0
+    plain = cli("bench", "clip", "--model", clip_run / "run" / "model", "--prompt", "the cursor moves", "--repeats", 1,
+                "--steps", 2, "--json", check=True)
+    assert json.loads(plain.stdout)["steered_continuation_s"] is None

@@ -384,10 +384,12 @@ def bench_model(model_dir, repeats: int = 20, compile: bool = True, report=lambd
     return out
 
 
-def bench_clip(model_dir, prompt: str, repeats: int = 3, steps: int | None = None, report=lambda n: None) -> dict:
+def bench_clip(model_dir, prompt: str, repeats: int = 3, steps: int | None = None, report=lambda n: None,
+               instruct_dir=None) -> dict:
     """Seconds per clip from text (the whole of `clip generate` after loading: text encoding, the
     Euler steps with CFG, decoding) and per continuation, median of ``repeats`` after one warm-up,
-    with the time per stage of one generation."""
+    with the time per stage of one generation. With ``instruct_dir``, also per continuation steered by
+    InstructNet (a key held and its instruction): the least time from a key to its effect on screen."""
     import numpy as np
     import torch
 
@@ -417,10 +419,20 @@ def bench_clip(model_dir, prompt: str, repeats: int = 3, steps: int | None = Non
         latents = model.codec.encode_clip(clip)  # (L, C, h, w)
     decode_s = median_s(lambda i: model.codec.decode_clip(latents))
     cont_s = median_s(lambda i: continue_clip(model, clip[:5], prompt, i + 1, steps))
+    steered_s = None
+    if instruct_dir is not None:
+        from .engine.clip import Steering
+        from .eval.control import instruction_for
+        from .models.instruct_model import InstructModel
+
+        instruct = InstructModel.from_pretrained(instruct_dir, model)
+        key = instruct.meta.key_names[0]
+        steer = Steering(instruct, (key,), instruction_for(key))
+        steered_s = median_s(lambda i: continue_clip(model, clip[:5], prompt, i + 1, steps, steer=steer))
     calls = steps * (2 if s.guidance != 1 else 1)
     return {"model": str(model_dir), "machine": machine(), "threads": torch.get_num_threads(),
             "frames": m.frames, "resolution": f"{m.width}x{m.height}", "fps": m.fps, "euler_steps": steps,
             "guidance": s.guidance, "msdit_calls": calls, "load_s": load_s, "text_to_clip_s": gen_s,
-            "continuation_s": cont_s, "stages_s": {"text": text_s, "decode": decode_s,
+            "continuation_s": cont_s, "steered_continuation_s": steered_s, "stages_s": {"text": text_s, "decode": decode_s,
                                                     "euler": max(0.0, gen_s - text_s - decode_s)},
             "clip_seconds": m.frames / m.fps, "real_time": (m.frames / m.fps) / gen_s}

@@ -160,6 +160,8 @@ def bench_clip_cmd(
                                "the player walks forward.", help="The text to generate from."),
     repeats: int = typer.Option(3, help="Timed clips per kind (after one warm-up)."),
     steps: Optional[int] = typer.Option(None, help="Euler steps (default: the model's)."),
+    instruct: Optional[Path] = typer.Option(None, "--instruct", help="An InstructNet trained beside --model: also "
+                                                                     "time a continuation it steers."),
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Seconds per clip from text and per continuation, with time per stage (text, Euler + CFG, decode)."""
@@ -167,8 +169,8 @@ def bench_clip_cmd(
 
     if repeats < 1:
         raise UserError("--repeats must be at least 1", "pass a positive number")
-    with progress_bar("timed clips and stages", 4 * repeats) as advance:
-        res = bench_clip(model, prompt, repeats, steps, report=advance)
+    with progress_bar("timed clips and stages", (5 if instruct else 4) * repeats) as advance:
+        res = bench_clip(model, prompt, repeats, steps, report=advance, instruct_dir=instruct)
     if as_json:
         typer.echo(json.dumps(res, indent=2))
         return
@@ -179,3 +181,6 @@ def bench_clip_cmd(
     typer.echo(f"  text to clip: {res['text_to_clip_s']:.2f} s per clip (text {st['text'] * 1e3:.0f} ms, Euler "
                f"{st['euler']:.2f} s, decode {st['decode']:.2f} s); {res['real_time']:.2f}x real time")
     typer.echo(f"  continuation (5 context frames): {res['continuation_s']:.2f} s per clip; model load {res['load_s']:.1f} s")
+    if res["steered_continuation_s"] is not None:
+        typer.echo(f"  steered by InstructNet (a key and its instruction): {res['steered_continuation_s']:.2f} s per "
+                   "continuation, the least time from a key to its effect")

@@ -133,6 +133,8 @@ def train_instruct(
     prompts: List[str] = typer.Option([], "--prompt-kind", help="A video prompt kind to train with (canny or flow); "
                                                                 "repeat it. None: no video prompts."),
     context_noise: float = typer.Option(0.05, help="Std of the light noise on the context latents (§3.4)."),
+    instructions: bool = typer.Option(True, "--instructions/--no-instructions", help="--no-instructions: never read "
+                                      "the instruction captions (the paper's \"w/o instruct captions\" ablation)."),
     checkpoint_every: int = typer.Option(250),
     seed: int = typer.Option(0),
     max_minutes: Optional[float] = typer.Option(None, help="Stop after about this long, exporting the InstructNet at the step reached (the same command resumes)."),
@@ -142,7 +144,8 @@ def train_instruct(
     from ..train.instruct import InstructTrainConfig, train_instruct as train_net
 
     cfg = InstructTrainConfig(steps=steps, batch_size=batch_size, learning_rate=learning_rate, layers=layers,
-                              prompts=list(prompts), context_noise=context_noise, checkpoint_every=checkpoint_every,
+                              prompts=list(prompts), context_noise=context_noise, instructions=instructions,
+                              checkpoint_every=checkpoint_every,
                               seed=seed, max_minutes=max_minutes, bf16=bf16)
     last = [float("nan")]
     with progress_bar("InstructNet", cfg.steps) as advance:
@@ -305,7 +308,7 @@ def eval_control(
     import shlex
     import sys
 
-    from ..eval.control import ControlEvalConfig, evaluate_control, write_report
+    from ..eval.control import PICTURE_EVENTS, ControlEvalConfig, evaluate_control, evaluate_events, write_report
     from ..models.clip_model import ClipModel
     from ..models.instruct_model import InstructModel
 
@@ -315,10 +318,14 @@ def eval_control(
     cfg = ControlEvalConfig(contexts, tuple(keys), context_latents, seed, steps, guidance)
     with progress_bar("SR-C cases", contexts * len(data) * len(keys)) as advance:
         res, strips = evaluate_control(m, net, list(data), cfg, report=advance)
+    with progress_bar("SR-E cases", contexts * len(data) * len(PICTURE_EVENTS)) as advance:
+        res.events = evaluate_events(m, net, list(data), cfg, report=advance)
     s = write_report(out, res, strips, "gamengen " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     fmt = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
-    typer.echo(f"SR-C {fmt(s['steered'])} over {s['scored']} scored cases (base without InstructNet "
-               f"{fmt(s['base'])}, codec ceiling {fmt(s['codec'])}, chance {s['chance']:.2f}); wrote {out}/report.md")
+    c, e = s["sr_c"], s["sr_e"]
+    typer.echo(f"SR-C {fmt(c['steered'])} over {c['scored']} scored cases (base without InstructNet {fmt(c['base'])}, "
+               f"codec ceiling {fmt(c['codec'])}, chance {c['chance']:.2f}); SR-E {fmt(e['steered'])} over "
+               f"{e['scored']} (base {fmt(e['base'])}, codec {fmt(e['codec'])}); wrote {out}/report.md")
 
 
 def parse_source(text: str) -> tuple[Path, str, int | None]:

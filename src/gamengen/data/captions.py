@@ -128,7 +128,13 @@ def effect_seen(effect: str, t: int, obs: Observed, horizon: int) -> bool | None
         if m.group(2) == ">":
             return bool(np.any(after > v[t]))
         return bool(v[t] != float(m.group(3)) and np.any(after == float(m.group(3))))
-    before, after = obs.rgb[t], obs.rgb[t + 1]  # picture changes show on the very next frame
+    return picture_effect(effect, obs.rgb[t], obs.rgb[t + 1])  # picture changes show on the very next frame
+
+
+def picture_effect(effect: str, before: np.ndarray, after: np.ndarray) -> bool | None:
+    """Does the mean colour go from ``before`` to ``after`` (each (3,) RGB) as a lighting or tint
+    ``effect`` says (light>, light<, tint:red, tint:green, tint:grey)? None for other effects."""
+    kind, _, arg = effect.partition(":")
     if effect == "light>":
         return bool(after.mean() - before.mean() >= LIGHT_DELTA)
     if effect == "light<":

@@ -62,13 +62,21 @@ class Case:
 class ControlResult:
     cases: list[Case] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> count
+    events: list["EventCase"] = field(default_factory=list)
 
     def rate(self, column: str) -> tuple[float | None, int]:
-        """(success share of ``column`` over the scored cases, scored cases)."""
+        """SR-C: (success share of ``column`` over the scored cases, scored cases)."""
         scored = [c for c in self.cases if c.real in MOVING and not c.diverged]
         if not scored:
             return None, 0
         return float(np.mean([getattr(c, column) == c.real for c in scored])), len(scored)
+
+    def event_rate(self, column: str) -> tuple[float | None, int]:
+        """SR-E: (share of the cases whose real chunk shows the event where ``column``'s does too, cases)."""
+        scored = [c for c in self.events if c.real and not c.diverged]
+        if not scored:
+            return None, 0
+        return float(np.mean([getattr(c, column) for c in scored])), len(scored)
 
 
 def camera_label(frames: np.ndarray) -> str:
@@ -120,21 +128,57 @@ def hold(env, action: int, steps: int, first: np.ndarray) -> np.ndarray:
     return np.stack(frames)
 
 
+def chunk(model, cfg: ControlEvalConfig) -> tuple[int, int]:
+    """(context frames, generated frames) of one steered continuation."""
+    L, r = model.latent_shape[0], model.codec.vae.temporal_compression
+    if not 1 <= cfg.context_latents < L:
+        raise UserError(f"--context-latents {cfg.context_latents}", f"use 1 to {L - 1}")
+    used = 1 + r * (cfg.context_latents - 1)
+    return used, model.meta.frames - used
+
+
+@dataclass
+class Context:
+    """A held-out context: an episode's frames up to frame t, what the real game replays to reach it, the
+    caption of those frames (the clip model's prompt) and the base clip model's continuation of it."""
+
+    episode: str
+    t: int
+    env_seed: int
+    frames: np.ndarray  # (used, H, W, 3) uint8: frames t - used + 1 .. t
+    actions: np.ndarray  # (t,) every action before frame t
+    prompt: str
+    base: np.ndarray  # (F, H, W, 3) the base's continuation, no InstructNet
+
+
+def contexts(model, store, cfg: ControlEvalConfig, rng, used: int, gen: int):
+    """cfg.contexts_per_game Contexts of ``store``, at random frames of its episodes long enough to hold
+    ``used`` context frames and ``gen`` more, drawn from ``rng``."""
+    from ..data.captions import caption, caption_text
+    from ..engine.clip import continue_clip
+
+    episodes = [e for e in store.episodes() if e.length > used + gen and e.meta.get("env_seed") is not None]
+    if not episodes:
+        raise UserError(f"store {store.root} has no episode of {used + gen + 1} frames with an env seed",
+                        "record longer episodes with `gamengen record`")
+    for _ in range(cfg.contexts_per_game):
+        rec = episodes[int(rng.integers(len(episodes)))]
+        t = int(rng.integers(used - 1, rec.length - gen - 1))
+        g = store.open_episode(rec)
+        frames = np.asarray(g["frames"][t - used + 1:t + 1])
+        prompt = caption_text(caption(store, rec, t - used + 1, t + 1))
+        yield Context(rec.path, t, int(rec.meta["env_seed"]), frames, np.asarray(g["actions"][:t], np.int64), prompt,
+                      continue_clip(model, frames, prompt, cfg.seed, cfg.steps, cfg.guidance))
+
+
 def evaluate_control(model, instruct, stores: list, cfg: ControlEvalConfig, report=lambda n: None) -> tuple[ControlResult, dict]:
     """SR-C on ``stores`` (trajectory stores the InstructNet never trained on). -> (result, strips:
     {(game, key): (3, W * frames) rows: real, steered, base})."""
-    from ..data.captions import caption, caption_text
     from ..data.store import Store
     from ..engine.clip import Steering, continue_clip
-    from ..envs import make_env
-    from ..envs.base import EnvConfig
 
     m = model.meta
-    r = model.codec.vae.temporal_compression
-    used = 1 + r * (cfg.context_latents - 1)
-    gen = m.frames - used
-    if not 1 <= cfg.context_latents < model.latent_shape[0]:
-        raise UserError(f"--context-latents {cfg.context_latents}", f"use 1 to {model.latent_shape[0] - 1}")
+    used, gen = chunk(model, cfg)
     res, strips = ControlResult(), {}
     rng = np.random.default_rng(cfg.seed)
     for path in stores:
@@ -144,38 +188,25 @@ def evaluate_control(model, instruct, stores: list, cfg: ControlEvalConfig, repo
         if (spec.height, spec.width) != (m.height, m.width):
             raise UserError(f"store {path} has {spec.width}x{spec.height} frames, the model makes {m.width}x{m.height}",
                             "evaluate on stores of the model's size")
-        episodes = [e for e in store.episodes() if e.length > used + gen and e.meta.get("env_seed") is not None]
-        if not episodes:
-            raise UserError(f"store {path} has no episode of {used + gen + 1} frames with an env seed",
-                            "record longer episodes with `gamengen record`")
-        env = make_env(game, EnvConfig(height=spec.height, width=spec.width, frame_skip=spec.frame_skip,
-                                       labels=spec.labels, events=bool(spec.events),
-                                       **({"event_period_s": spec.event_period_s} if spec.event_period_s else {})))
+        env = _env(spec)
         try:
-            for _ in range(cfg.contexts_per_game):
-                rec = episodes[int(rng.integers(len(episodes)))]
-                t = int(rng.integers(used - 1, rec.length - gen - 1))
-                g = store.open_episode(rec)
-                context = np.asarray(g["frames"][t - used + 1:t + 1])
-                actions = np.asarray(g["actions"][:t], np.int64)
-                prompt = caption_text(caption(store, rec, t - used + 1, t + 1))
-                base_clip = continue_clip(model, context, prompt, cfg.seed, cfg.steps, cfg.guidance)
-                base_label = camera_label(base_clip[used - 1:])
+            for c in contexts(model, store, cfg, rng, used, gen):
+                base_label = camera_label(c.base[used - 1:])
                 for key in cfg.keys:
                     if key not in spec.action_set.names:
                         res.skipped[f"{key} not in {game}'s actions"] = res.skipped.get(f"{key} not in {game}'s actions", 0) + 1
                         continue
-                    _, diverged = replay(env, rec.meta["env_seed"], actions, context[-1])
-                    real = hold(env, spec.action_set.names.index(key), gen, context[-1])
+                    _, diverged = replay(env, c.env_seed, c.actions, c.frames[-1])
+                    real = hold(env, spec.action_set.names.index(key), gen, c.frames[-1])
                     buttons = key_buttons(spec.action_set, key)
                     steer = Steering(instruct, buttons, instruction_for(key))
-                    steered = continue_clip(model, context, prompt, cfg.seed, cfg.steps, cfg.guidance, steer=steer)
+                    steered = continue_clip(model, c.frames, c.prompt, cfg.seed, cfg.steps, cfg.guidance, steer=steer)
                     with _no_grad():
-                        recon = model.codec.decode_clip(model.codec.encode_clip(np.concatenate([context, real[1:]])))
-                    res.cases.append(Case(game, rec.path, t, key, camera_label(real), camera_label(steered[used - 1:]),
+                        recon = model.codec.decode_clip(model.codec.encode_clip(np.concatenate([c.frames, real[1:]])))
+                    res.cases.append(Case(game, c.episode, c.t, key, camera_label(real), camera_label(steered[used - 1:]),
                                           base_label, camera_label(recon[used - 1:]), diverged))
                     strips.setdefault((game, key), np.concatenate([np.concatenate(list(v[used - 1:]), axis=1) for v in
-                                                                   (real, steered[used - 1:], base_clip[used - 1:])]))
+                                                                   (real, steered[used - 1:], c.base[used - 1:])]))
                     report(1)
         finally:
             env.close()
@@ -188,6 +219,92 @@ def _no_grad():
     return torch.inference_mode()
 
 
+# SR-E's events: those whose effect shows in the picture's mean colour (data/captions.picture_effect),
+# so a rule on pixels can tell, as on the real game's frames. Summons, items and weapons need a
+# classifier of objects in view: not measured yet.
+PICTURE_EVENTS = ("light_amp", "lights_dim", "lights_bright", "radiation_suit", "berserk", "invulnerability")
+
+
+@dataclass
+class EventCase:
+    game: str
+    episode: str
+    t: int
+    event: str
+    real: bool  # the rule sees the effect in the real game's chunk
+    steered: bool
+    base: bool
+    codec: bool
+    diverged: bool = False
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def event_instruction(event) -> str:
+    """The INS caption's Trans (and, for lighting, Light) field of a clip where ``event`` fires at its
+    start, as data/captions.py words them."""
+    text = f"Trans: At 0.1 s {event.text}."
+    if event.kind == "light":
+        text += f" Light: lighting events: {event.name.replace('_', ' ')} at 0.1 s."
+    return text
+
+
+def shows(effect: str, frames: np.ndarray, used: int) -> bool:
+    """The picture rule on a chunk: from the last context frame to the mean of the last four frames
+    (the last latent frame; a generated change may take a few frames to show)."""
+    from ..data.captions import mean_rgb, picture_effect
+
+    return bool(picture_effect(effect, mean_rgb(frames[used - 1]), mean_rgb(frames[-4:]).mean(0)))
+
+
+def evaluate_events(model, instruct, stores: list, cfg: ControlEvalConfig, report=lambda n: None) -> list[EventCase]:
+    """SR-E for PICTURE_EVENTS on stores recorded with --events: each context continued with each event's
+    instruction; the real game replayed there, the event fired, then no key held."""
+    from ..data.store import Store
+    from ..engine.clip import Steering, continue_clip
+
+    used, gen = chunk(model, cfg)
+    rng = np.random.default_rng(cfg.seed + 1)
+    cases = []
+    for path in stores:
+        store = Store.open(path)
+        spec = store.spec
+        names = [e.name for e in spec.events]
+        events = [spec.events[names.index(n)] for n in PICTURE_EVENTS if n in names]
+        if not events:
+            continue
+        env = _env(spec)
+        noop = spec.action_set.names.index("NOOP") if "NOOP" in spec.action_set.names else 0
+        try:
+            for c in contexts(model, store, cfg, rng, used, gen):
+                for ev in events:
+                    _, diverged = replay(env, c.env_seed, c.actions, c.frames[-1])
+                    env.fire_event(names.index(ev.name))
+                    real = np.concatenate([c.frames, hold(env, noop, gen, c.frames[-1])[1:]])
+                    steered = continue_clip(model, c.frames, c.prompt, cfg.seed, cfg.steps, cfg.guidance,
+                                            steer=Steering(instruct, instruction=event_instruction(ev)))
+                    with _no_grad():
+                        recon = model.codec.decode_clip(model.codec.encode_clip(real))
+                    cases.append(EventCase(spec.env_id, c.episode, c.t, ev.name, shows(ev.effect, real, used),
+                                           shows(ev.effect, steered, used), shows(ev.effect, c.base, used),
+                                           shows(ev.effect, recon, used), diverged))
+                    report(1)
+        finally:
+            env.close()
+    return cases
+
+
+def _env(spec):
+    """The real game as the store recorded it (events on the same schedule), for replays."""
+    from ..envs import make_env
+    from ..envs.base import EnvConfig
+
+    return make_env(spec.env_id, EnvConfig(height=spec.height, width=spec.width, frame_skip=spec.frame_skip,
+                                           labels=spec.labels, events=bool(spec.events),
+                                           **({"event_period_s": spec.event_period_s} if spec.event_period_s else {})))
+
+
 def write_report(out, res: ControlResult, strips: dict, command: str) -> dict:
     """report.json, report.md and strips/<game>-<key>.png (rows: real game, steered, base) into the
     new folder ``out``, written whole (atomic.write_folder_atomic). -> the summary."""
@@ -196,41 +313,55 @@ def write_report(out, res: ControlResult, strips: dict, command: str) -> dict:
 
     from ..atomic import write_folder_atomic, write_png
 
-    summary = {"rule": "a case is scored when the real game's chunk has a moving camera label (pan left/right, "
-                       "forward, backward); success: the generated chunk gets the same label",
-               "chance": 1 / len(MOVING)}
-    for column in ("steered", "base", "codec"):
-        rate, n = res.rate(column)
-        summary[column] = rate
-        summary["scored"] = n
-    summary["by_key"] = {}
+    columns = ("steered", "base", "codec")
+    sr_c = {col: res.rate(col)[0] for col in columns} | {"scored": res.rate("steered")[1], "chance": 1 / len(MOVING)}
+    sr_c["by_key"] = {}
     for key in dict.fromkeys(c.key for c in res.cases):
         sub = ControlResult([c for c in res.cases if c.key == key])
-        summary["by_key"][key] = {col: sub.rate(col)[0] for col in ("steered", "base", "codec")} | {"scored": sub.rate("steered")[1]}
-    summary["cases"], summary["diverged"] = len(res.cases), sum(c.diverged for c in res.cases)
-    summary["unclear_real_motion"] = sum(c.real not in MOVING for c in res.cases)
-    summary["skipped"] = res.skipped
+        sr_c["by_key"][key] = {col: sub.rate(col)[0] for col in columns} | {"scored": sub.rate("steered")[1]}
+    sr_e = {col: res.event_rate(col)[0] for col in columns} | {"scored": res.event_rate("steered")[1]}
+    sr_e["by_event"] = {}
+    for name in dict.fromkeys(c.event for c in res.events):
+        sub = ControlResult(events=[c for c in res.events if c.event == name])
+        sr_e["by_event"][name] = {col: sub.event_rate(col)[0] for col in columns} | {"scored": sub.event_rate("steered")[1]}
+    summary = {"sr_c": sr_c, "sr_e": sr_e, "cases": len(res.cases), "event_cases": len(res.events),
+               "diverged": sum(c.diverged for c in (*res.cases, *res.events)),
+               "unclear_real_motion": sum(c.real not in MOVING for c in res.cases),
+               "event_not_seen_in_real_game": sum(not c.real for c in res.events), "skipped": res.skipped}
 
     def fmt(v):
         return "n/a" if v is None else f"{v:.2f}"
 
-    lines = ["# Character control (SR-C), automatic", "", f"`{command}`", "", summary["rule"] + ".", "",
-             "| | SR-C | scored cases |", "|---|---|---|",
-             f"| InstructNet (keys + their instruction) | {fmt(summary['steered'])} | {summary['scored']} |",
-             f"| base without InstructNet (ablation) | {fmt(summary['base'])} | {summary['scored']} |",
-             f"| codec reconstruction of the real chunk (ceiling) | {fmt(summary['codec'])} | {summary['scored']} |",
-             f"| chance | {summary['chance']:.2f} | |", "",
+    lines = ["# Control success, automatic (SR-C, SR-E)", "", f"`{command}`", "",
+             "**SR-C**: each context continued under each key; the camera label of the chunk's mean optical flow "
+             "against the real game's under the same key from the same state (replayed). A case is scored when the "
+             "real game moved clearly (pan left/right, forward, backward); success: the same label.", "",
+             "**SR-E**: each context continued with an event's instruction; the real game replayed there and the "
+             "event fired. A case is scored when the picture rule (mean brightness or tint, last context frame "
+             "against the last four frames) sees the event in the real game; success: it sees it in the clip.", "",
+             "| | SR-C | SR-E |", "|---|---|---|",
+             f"| InstructNet (with the key's or event's instruction) | {fmt(sr_c['steered'])} | {fmt(sr_e['steered'])} |",
+             f"| base without InstructNet (ablation) | {fmt(sr_c['base'])} | {fmt(sr_e['base'])} |",
+             f"| codec reconstruction of the real chunk (ceiling) | {fmt(sr_c['codec'])} | {fmt(sr_e['codec'])} |",
+             f"| chance | {sr_c['chance']:.2f} | (the base row: the event without asking) |",
+             f"| scored cases | {sr_c['scored']} | {sr_e['scored']} |", "",
              "| key | InstructNet | base | codec | scored |", "|---|---|---|---|---|"]
     lines += [f"| {k} | {fmt(v['steered'])} | {fmt(v['base'])} | {fmt(v['codec'])} | {v['scored']} |"
-              for k, v in summary["by_key"].items()]
-    lines += ["", f"{summary['cases']} cases; {summary['unclear_real_motion']} where the real game showed no clear "
-              f"motion (not scored); {summary['diverged']} whose replay diverged (not scored).", ""]
+              for k, v in sr_c["by_key"].items()]
+    lines += ["", "| event | InstructNet | base | codec | scored |", "|---|---|---|---|---|"]
+    lines += [f"| {k} | {fmt(v['steered'])} | {fmt(v['base'])} | {fmt(v['codec'])} | {v['scored']} |"
+              for k, v in sr_e["by_event"].items()]
+    lines += ["", f"{summary['cases']} key cases, {summary['unclear_real_motion']} with no clear motion in the real game "
+              f"(not scored); {summary['event_cases']} event cases, {summary['event_not_seen_in_real_game']} whose event "
+              f"the rule does not see in the real game (not scored); {summary['diverged']} replays diverged (not "
+              "scored). Summons, items and weapons are not measured: they need a classifier of objects in view.", ""]
 
     def write(tmp: Path) -> None:
         (tmp / "strips").mkdir(parents=True)
         for (game, key), image in strips.items():
             write_png(tmp / "strips" / f"{game.replace(':', '-').replace('/', '-')}-{key}.png", image)
-        (tmp / "report.json").write_text(json.dumps({**summary, "cases": [c.to_json() for c in res.cases]}, indent=1))
+        (tmp / "report.json").write_text(json.dumps({**summary, "cases": [c.to_json() for c in res.cases],
+                                                     "events": [c.to_json() for c in res.events]}, indent=1))
         (tmp / "report.md").write_text("\n".join(lines))
 
     write_folder_atomic(out, write)

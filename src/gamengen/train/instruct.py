@@ -60,6 +60,9 @@ class InstructTrainConfig:
     prompts: list[str] = field(default_factory=list)  # video prompt kinds (curate/prompts.py KINDS); [] = none
     text_dropout: float = 0.25  # the GEN caption, as in stage 1
     context_noise: float = 0.05  # std of §3.4's light Gaussian noise on the context latents (ours: the paper gives none)
+    # False: the paper's "w/o instruct captions" ablation (§4.3): InstructNet never reads the instruction,
+    # the draws stay the same (keys and prompts where the recipe gives them).
+    instructions: bool = True
     timesteps: str = "logit_normal"
     seed: int = 0
     checkpoint_every: int = 250
@@ -93,6 +96,7 @@ class InstructDraw:
     context_noise: torch.Tensor  # (L, C, h, w), scaled; used on the context frames only
     mode: str  # one of MODES, after the fall-backs for a clip without keys and a run without prompts
     prompt: int  # index into cfg.prompts (when mode uses a prompt)
+    instruction: bool  # the instruction caption is given (every mode but "none", unless ablated)
 
 
 def draw_sample(cfg: InstructTrainConfig, step: int, i: int, n_clips: int, latent_shape: tuple[int, ...],
@@ -117,7 +121,8 @@ def draw_sample(cfg: InstructTrainConfig, step: int, i: int, n_clips: int, laten
         if mode == "prompt" and not cfg.prompts:
             mode = "instruction"
     prompt = min(int(u_prompt * len(cfg.prompts)), len(cfg.prompts) - 1) if cfg.prompts else 0
-    return InstructDraw(clip, x, u_text < cfg.text_dropout, t, noise, context_noise, mode, prompt)
+    return InstructDraw(clip, x, u_text < cfg.text_dropout, t, noise, context_noise, mode, prompt,
+                        mode != "none" and cfg.instructions)
 
 
 @dataclass
@@ -169,7 +174,7 @@ def batch_inputs(draws: list[InstructDraw], data: InstructData, compression: int
     text, text_mask = text_rows(data.captions, clips, [d.drop_text for d in draws])
     modes = [d.mode for d in draws]
     has_keys = torch.tensor([m in ("keys", "all") for m in modes])
-    has_instruction = torch.tensor([m != "none" for m in modes])
+    has_instruction = torch.tensor([d.instruction for d in draws])
     has_prompt = torch.tensor([m in ("prompt", "all") for m in modes])
     ins, ins_mask = text_rows(data.instructions, clips, [not h for h in has_instruction.tolist()])
     keys = latent_keys(torch.from_numpy(data.keys[clips]), compression)  # (B, L, K)
@@ -208,7 +213,8 @@ def train_instruct(clips: list[str | Path], model: str | Path, out: str | Path, 
         raise UserError("some clips have no instruction caption", "re-run `gamengen curate` with this gamengen")
     data_paths = [str(c.resolve()) for c in clips]
     run = RunFolder(out, {**dataclasses.asdict(cfg), "data": data_paths, "model": str(Path(model).resolve()),
-                          "base": base_key(base)}, keep=cfg.keep_checkpoints).open()
+                          "base": base_key(base)}, keep=cfg.keep_checkpoints,
+                    upgrade=lambda old: old.setdefault("instructions", True)).open()  # runs begun before the ablation
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     base.net.to(device)
     cache = out / "cache"
@@ -241,7 +247,7 @@ def train_instruct(clips: list[str | Path], model: str | Path, out: str | Path, 
     dataset = {"paths": data_paths, "clips": len(data.latents), "with_keys": int(has_keys.sum())}
     meta = InstructMeta(base_key(base), str(Path(model)), names, list(cfg.prompts), done, dataset,
                         {"no_control": cfg.no_control, "recipe": cfg.recipe, "text_dropout": cfg.text_dropout,
-                         "context_noise": cfg.context_noise, "learning_rate": cfg.learning_rate,
+                         "context_noise": cfg.context_noise, "instructions": cfg.instructions, "learning_rate": cfg.learning_rate,
                          "batch_size": cfg.batch_size, "layers": net.config.num_layers})
     result = InstructModel(net, meta)
     params = sum(p.numel() for p in net.parameters())

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Issue 19 on 2 CPU cores: InstructNet beside the clip model, and its control evaluation. Every stage
+# is seeded and resumable: kill it and re-run the same command. The clip datasets are issue 18's
+# (scripts/cpu-issue18.sh record, curate), curated by a gamengen that keeps the keys per frame.
+#
+#   scripts/cpu-issue19.sh heldout     # stores the InstructNet never sees: three games, other seeds,
+#                                      # 1,500 random-play steps each, in data/heldout/<game>
+#   scripts/cpu-issue19.sh instruct    # InstructNet beside MODEL (default models/clip-doom) on every
+#                                      # curated game, Canny and flow prompts, MINUTES (default 55), bf16;
+#                                      # in runs/instruct19 (prompt latents are encoded once, ~4 min a game)
+#   scripts/cpu-issue19.sh eval        # SR-C of runs/instruct19/model on data/heldout, CONTEXTS (default 4)
+#                                      # per game, into runs/instruct19-control
+#
+# GG (default .venv/bin/gamengen) and MODEL may be set.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GG=${GG:-.venv/bin/gamengen}
+MODEL=${MODEL:-models/clip-doom}
+HELDOUT=("freedoom1/E1M1 1011" "freedoom2/MAP01 1021" "scenario/my_way_home 1034")
+data=(); for d in data/curated/*/; do data+=(--data "$d"); done
+case "${1:?usage: scripts/cpu-issue19.sh heldout|instruct|eval}" in
+  heldout)
+    for g in "${HELDOUT[@]}"; do
+      read -r target seed <<<"$g"
+      $GG record --env "vizdoom:$target" --frame-skip 2 --events --labels --max-episode-steps 1000 --workers 1 \
+        --policy random --seed "$seed" --steps 1500 --out "data/heldout/${target//\//-}"
+    done
+    ;;
+  instruct)
+    OMP_NUM_THREADS=1 $GG clip train-instruct --model "$MODEL" "${data[@]}" --out runs/instruct19 \
+      --prompt-kind canny --prompt-kind flow --steps 100000 --bf16 --max-minutes "${MINUTES:-55}"
+    ;;
+  eval)
+    stores=(); for g in "${HELDOUT[@]}"; do read -r target _ <<<"$g"; stores+=(--data "data/heldout/${target//\//-}"); done
+    OMP_NUM_THREADS=1 $GG clip eval-control --model "$MODEL" --instruct runs/instruct19/model "${stores[@]}" \
+      --out runs/instruct19-control --contexts "${CONTEXTS:-4}"
+    ;;
+  *) echo "unknown stage $1 (heldout, instruct or eval)" >&2; exit 2 ;;
+esac
