@@ -15,8 +15,10 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 venv: $(VENV)/.installed
 
+# Two workers, one per core; a worker runs whole test files (--dist loadfile), so a file's fixtures
+# are built once. Session fixtures are built once per worker.
 test: venv
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
 
 # The learned defend_the_center arena (ViZDoom; its 1-step student) in your browser; the URL with
 # its per-launch token is printed. `make play MODEL=models/freedoom-e1m1` opens the paper's

@@ -6,6 +6,7 @@ parsing on frames and texts made here."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -260,3 +261,24 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(root, tmp_path, capsys
     for args, word in cases:
         refused(args, capsys, monkeypatch, word)
     assert (snapshot(root), snapshot(tmp_path)) == before and not (tmp_path / "out").exists()
+
+
+def test_a_reused_classifier_fits_its_clips_with_or_without_their_keys(root, tmp_path):
+    """The judge's dataset check ignores the keys per frame (it never reads them), so a judge trained
+    before curation kept keys still fits; any other change to clips.jsonl is caught."""
+    from gamengen.curate.dataset import ClipDataset
+    from gamengen.eval.clip import _fingerprint
+
+    lines = (root / "cursor" / "clips.jsonl").read_text().splitlines()
+    assert all("keys" in json.loads(x) for x in lines)
+    variants = {}
+    for name, edit in {"no keys": lambda d: d.pop("keys"), "caption": lambda d: d["captions"].update(caption="x")}.items():
+        copy = tmp_path / name
+        shutil.copytree(root / "cursor", copy)
+        rows = [json.loads(x) for x in lines]
+        for d in rows:
+            edit(d)
+        (copy / "clips.jsonl").write_text("".join(json.dumps(d) + "\n" for d in rows))
+        variants[name] = _fingerprint(ClipDataset.open(copy))
+    original = _fingerprint(ClipDataset.open(root / "cursor"))
+    assert variants["no keys"] == original and variants["caption"] != original

@@ -25,6 +25,8 @@ trained on all of them: held out means held out from the classifier.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -34,7 +36,6 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..atomic import sha256_file
 from ..curate.dataset import ClipDataset
 from ..errors import UserError
 from .clip_classifier import (ClassifierConfig, ClipClassifier, TrainingClips, frame_picks, input_size,
@@ -119,7 +120,11 @@ def split_clips(ds: ClipDataset, seed: int, share: float) -> tuple[list[int], li
 
 
 def _fingerprint(ds: ClipDataset) -> str:
-    return sha256_file(Path(ds.folder) / "clips.jsonl")
+    """sha256 of clips.jsonl as written without the keys per frame, which the classifier never reads:
+    a judge trained before curation kept the keys still fits the same clips (the same bytes)."""
+    lines = (Path(ds.folder) / "clips.jsonl").read_text().splitlines()
+    kept = "".join(json.dumps({k: v for k, v in json.loads(line).items() if k != "keys"}) + "\n" for line in lines)
+    return hashlib.sha256(kept.encode()).hexdigest()
 
 
 def check_inputs(model_dir: Path, data: list[Path], out: Path, cfg: ClipEvalConfig,
