@@ -246,6 +246,10 @@ def test_eval_control_replays_the_real_game_under_each_key(clip_run, instruct, t
         assert report["sr_c"][column] is None or 0 <= report["sr_c"][column] <= 1
     assert sorted(p.name for p in (out / "strips").iterdir()) == ["toy-cursor-LEFT.png", "toy-cursor-RIGHT.png"]
     assert "| chance | 0.25 |" in (out / "report.md").read_text()
+    from gamengen.cli.clip import CONTROL_KEYS
+    from gamengen.eval.control import KEYS
+
+    assert CONTROL_KEYS == KEYS  # the command's default keys are the evaluation's
 
 
 def test_the_sr_e_picture_rule_sees_each_lighting_event_in_the_real_game(tmp_path):

@@ -18,6 +18,8 @@ clip_app = typer.Typer(no_args_is_help=True, help="GameGen-X clips: train the cl
                                                   "continue recorded play.")
 app.add_typer(clip_app, name="clip")
 
+CONTROL_KEYS = ("TURN_LEFT", "TURN_RIGHT", "FORWARD", "BACKWARD", "STRAFE_LEFT", "STRAFE_RIGHT", "MOVE_FORWARD",
+                "MOVE_BACKWARD", "MOVE_LEFT", "MOVE_RIGHT")  # eval/control.py KEYS, without importing it here
 PRESETS = "tiny (tests), cpu or paper (the MSDiT's size; the text encoder pretrained here follows it)"
 
 
@@ -296,8 +298,8 @@ def eval_control(
                                                         "one with another --seed); repeat it, one per game."),
     out: Path = typer.Option(..., "--out", help="New folder for report.md, report.json and strips/."),
     contexts: int = typer.Option(4, help="Contexts per store; each is continued under every key."),
-    keys: List[str] = typer.Option(list(("TURN_LEFT", "TURN_RIGHT", "FORWARD", "BACKWARD", "STRAFE_LEFT",
-                                         "STRAFE_RIGHT")), "--key", help="Action names to hold; repeat it."),
+    keys: List[str] = typer.Option(list(CONTROL_KEYS), "--key", help="Action names to hold; repeat it (a game "
+                                                                    "without one skips it)."),
     context_latents: int = typer.Option(2, help="Latent frames of context (1 + 4(n - 1) video frames)."),
     seed: int = typer.Option(0),
     steps: Optional[int] = typer.Option(None),
@@ -316,7 +318,7 @@ def eval_control(
     m = ClipModel.from_pretrained(model)
     net = InstructModel.from_pretrained(instruct, m)
     cfg = ControlEvalConfig(contexts, tuple(keys), context_latents, seed, steps, guidance)
-    with progress_bar("SR-C cases", contexts * len(data) * len(keys)) as advance:
+    with progress_bar("SR-C cases (keys a game lacks are skipped)", contexts * len(data) * len(keys)) as advance:
         res, strips = evaluate_control(m, net, list(data), cfg, report=advance)
     with progress_bar("SR-E cases", contexts * len(data) * len(PICTURE_EVENTS)) as advance:
         res.events = evaluate_events(m, net, list(data), cfg, report=advance)
