@@ -23,7 +23,7 @@ the codec at all: the ceiling), and chance (1/4: one of the four moving labels).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -58,9 +58,6 @@ class Case:
     base: str
     codec: str
     diverged: bool = False
-
-    def to_json(self) -> dict:
-        return dict(self.__dict__)
 
 
 @dataclass
@@ -219,8 +216,7 @@ def evaluate_control(model, instruct, stores: list, cfg: ControlEvalConfig, repo
                     buttons = key_buttons(spec.action_set, key)
                     steer = Steering(instruct, buttons, instruction_for(key))
                     steered = continue_clip(model, c.frames, c.prompt, cfg.seed, cfg.steps, cfg.guidance, steer=steer)
-                    with _no_grad():
-                        recon = model.codec.decode_clip(model.codec.encode_clip(np.concatenate([c.frames, real[1:]])))
+                    recon = through_codec(model, np.concatenate([c.frames, real[1:]]))
                     res.cases.append(Case(game, c.episode, c.t, key, camera_label(real), direction_label(steered[used - 1:]),
                                           base_label, direction_label(recon[used - 1:]), diverged))
                     strips.setdefault((game, key), np.concatenate([np.concatenate(list(v[used - 1:]), axis=1) for v in
@@ -231,10 +227,12 @@ def evaluate_control(model, instruct, stores: list, cfg: ControlEvalConfig, repo
     return res, strips
 
 
-def _no_grad():
+def through_codec(model, frames: np.ndarray) -> np.ndarray:
+    """The codec's reconstruction of uint8 frames (F, H, W, 3): the ceiling of what any clip can show."""
     import torch
 
-    return torch.inference_mode()
+    with torch.inference_mode():
+        return model.codec.decode_clip(model.codec.encode_clip(frames))
 
 
 # SR-E's events: those whose effect shows in the picture's mean colour (data/captions.picture_effect),
@@ -254,9 +252,6 @@ class EventCase:
     base: bool
     codec: bool
     diverged: bool = False
-
-    def to_json(self) -> dict:
-        return dict(self.__dict__)
 
 
 def event_instruction(event) -> str:
@@ -302,8 +297,7 @@ def evaluate_events(model, instruct, stores: list, cfg: ControlEvalConfig, repor
                     real = np.concatenate([c.frames, hold(env, noop, gen, c.frames[-1])[1:]])
                     steered = continue_clip(model, c.frames, c.prompt, cfg.seed, cfg.steps, cfg.guidance,
                                             steer=Steering(instruct, instruction=event_instruction(ev)))
-                    with _no_grad():
-                        recon = model.codec.decode_clip(model.codec.encode_clip(real))
+                    recon = through_codec(model, real)
                     cases.append(EventCase(spec.env_id, c.episode, c.t, ev.name, shows(ev.effect, real, used),
                                            shows(ev.effect, steered, used), shows(ev.effect, c.base, used),
                                            shows(ev.effect, recon, used), diverged))
@@ -378,8 +372,8 @@ def write_report(out, res: ControlResult, strips: dict, command: str) -> dict:
         (tmp / "strips").mkdir(parents=True)
         for (game, key), image in strips.items():
             write_png(tmp / "strips" / f"{game.replace(':', '-').replace('/', '-')}-{key}.png", image)
-        (tmp / "report.json").write_text(json.dumps({**summary, "cases": [c.to_json() for c in res.cases],
-                                                     "events": [c.to_json() for c in res.events]}, indent=1))
+        (tmp / "report.json").write_text(json.dumps({**summary, "cases": [asdict(c) for c in res.cases],
+                                                     "events": [asdict(c) for c in res.events]}, indent=1))
         (tmp / "report.md").write_text("\n".join(lines))
 
     write_folder_atomic(out, write)

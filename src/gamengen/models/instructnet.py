@@ -33,7 +33,7 @@ from diffusers.models.attention_processor import Attention
 from diffusers.models.embeddings import PixArtAlphaTextProjection
 from torch import nn
 
-from .msdit import BaseState, MSDiT, MSDiTBlock, RopeAttnProcessor
+from .msdit import BaseState, MSDiT, MSDiTBlock, RopeAttnProcessor, patchify
 
 @dataclass
 class ControlInputs:
@@ -154,13 +154,8 @@ class InstructNet(ModelMixin, ConfigMixin):
         """MSDiT.forward's ``control`` for these inputs: BaseState -> one residual per layer."""
 
         def residuals(base: BaseState) -> list[torch.Tensor]:
-            B, T, S, D = base.tokens.shape
             dtype = base.tokens.dtype
-            p = self.config.patch_size
-            prompt = inputs.prompt.to(dtype)
-            C, h, w = prompt.shape[2:]
-            pe = self.prompt_embed(nn.functional.pad(prompt.reshape(B * T, C, h, w), (0, -w % p, 0, -h % p)))
-            pe = pe.flatten(2).transpose(1, 2).reshape(B, T, S, D)
+            pe, _ = patchify(self.prompt_embed, inputs.prompt.to(dtype), self.config.patch_size)  # (B, F, S, D)
             x = base.tokens + inputs.has_prompt.to(dtype)[:, None, None, None] * pe
             key_emb = self.key_embed(inputs.keys.to(dtype))  # (B, F, D)
             instruction = self.instruction_proj(inputs.instruction.to(dtype))  # (B, Li, D)

@@ -57,6 +57,16 @@ MSDIT_PRESETS: dict[str, dict] = {
 }
 
 
+def patchify(embed: nn.Conv2d, x: torch.Tensor, p: int) -> tuple[torch.Tensor, tuple[int, int]]:
+    """x (B, F, C, h, w) -> tokens (B, F, S, D) by the p x p patch convolution ``embed``, and the patch
+    grid (hp, wp). Sides that are not a multiple of the patch (15 x 20 from our 2D AE) are zero-padded
+    at the bottom/right."""
+    B, T, C, h, w = x.shape
+    tokens = embed(F.pad(x.reshape(B * T, C, h, w), (0, -w % p, 0, -h % p)))  # (B*F, D, hp, wp)
+    hp, wp = tokens.shape[-2:]
+    return tokens.flatten(2).transpose(1, 2).reshape(B, T, hp * wp, -1), (hp, wp)
+
+
 class RopeAttnProcessor:
     """Attention with QK-norm and optional RoPE on q and k, by F.scaled_dot_product_attention.
 
@@ -220,9 +230,7 @@ class MSDiT(ModelMixin, ConfigMixin):
         p = self.config.patch_size
         # Sides that are not a multiple of the patch (15 x 20 from our 2D AE) are zero-padded at the
         # bottom/right, and the output cropped back.
-        tokens = self.patch_embed(F.pad(x.reshape(B * T, C, h, w), (0, -w % p, 0, -h % p)))  # (B*F, D, hp, wp)
-        hp, wp = tokens.shape[-2:]
-        tokens = tokens.flatten(2).transpose(1, 2).reshape(B, T, hp * wp, -1)  # (B, F, S, D)
+        tokens, (hp, wp) = patchify(self.patch_embed, x, p)  # (B, F, S, D)
 
         text, mask = encoder_hidden_states, encoder_attention_mask
         if mask is not None:
