@@ -11,11 +11,12 @@
 #   scripts/cpu-issue19.sh eval        # SR-C of runs/instruct19/model on data/heldout, CONTEXTS (default 4)
 #                                      # per game, into runs/instruct19-control
 #
-# GG (default .venv/bin/gamengen) and MODEL may be set.
+# GG (default .venv/bin/gamengen), MODEL and RUN (default runs/instruct19) may be set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GG=${GG:-.venv/bin/gamengen}
 MODEL=${MODEL:-models/clip-doom}
+RUN=${RUN:-runs/instruct19}
 HELDOUT=("freedoom1/E1M1 1011" "freedoom2/MAP01 1021" "scenario/my_way_home 1034")
 data=(); for d in data/curated/*/; do data+=(--data "$d"); done
 case "${1:?usage: scripts/cpu-issue19.sh heldout|instruct|eval}" in
@@ -27,13 +28,13 @@ case "${1:?usage: scripts/cpu-issue19.sh heldout|instruct|eval}" in
     done
     ;;
   instruct)
-    OMP_NUM_THREADS=1 $GG clip train-instruct --model "$MODEL" "${data[@]}" --out runs/instruct19 \
+    OMP_NUM_THREADS=1 $GG clip train-instruct --model "$MODEL" "${data[@]}" --out "$RUN" \
       --prompt-kind canny --prompt-kind flow --steps 100000 --bf16 --max-minutes "${MINUTES:-55}"
     ;;
   eval)
     stores=(); for g in "${HELDOUT[@]}"; do read -r target _ <<<"$g"; stores+=(--data "data/heldout/${target//\//-}"); done
-    OMP_NUM_THREADS=1 $GG clip eval-control --model "$MODEL" --instruct runs/instruct19/model "${stores[@]}" \
-      --out runs/instruct19-control --contexts "${CONTEXTS:-4}"
+    OMP_NUM_THREADS=1 $GG clip eval-control --model "$MODEL" --instruct "$RUN/model" "${stores[@]}" \
+      --out "$RUN-control" --contexts "${CONTEXTS:-4}"
     ;;
   *) echo "unknown stage $1 (heldout, instruct or eval)" >&2; exit 2 ;;
 esac

@@ -150,6 +150,28 @@ def clip_run(tmp_path_factory) -> Path:
     return root
 
 
+DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
+
+
+def save_screenshot(page, tmp_path, name: str) -> None:
+    page.screenshot(path=str(tmp_path / name))
+    if os.environ.get("GAMENGEN_DOCS_SCREENSHOTS"):  # refresh the committed pictures
+        shutil.copy(tmp_path / name, DOCS_IMAGES / name)
+
+
+INSTRUCT_STEPS = 12  # the InstructNet's training steps in instruct
+
+
+@pytest.fixture(scope="session")
+def instruct(clip_run) -> Path:
+    """An InstructNet trained INSTRUCT_STEPS steps beside clip_run's model, with Canny prompts."""
+    out = clip_run / "instruct"
+    res = cli("clip", "train-instruct", "--model", clip_run / "run" / "model", "--data", clip_run / "clips", "--out", out,
+              "--steps", INSTRUCT_STEPS, "--batch-size", 4, "--checkpoint-every", 5, "--prompt-kind", "canny", check=True)
+    assert f"step {INSTRUCT_STEPS}" in res.stdout, res.stdout
+    return out
+
+
 @pytest.fixture
 def browser():
     from playwright.sync_api import sync_playwright

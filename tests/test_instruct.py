@@ -6,25 +6,12 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import cli, snapshot
-
-STEPS = 12
-
-
-@pytest.fixture(scope="module")
-def instruct(clip_run) -> Path:
-    """An InstructNet trained STEPS steps beside clip_run's model, with Canny prompts."""
-    out = clip_run / "instruct"
-    res = cli("clip", "train-instruct", "--model", clip_run / "run" / "model", "--data", clip_run / "clips", "--out", out,
-              "--steps", STEPS, "--batch-size", 4, "--checkpoint-every", 5, "--prompt-kind", "canny", check=True)
-    assert f"step {STEPS}" in res.stdout, res.stdout
-    return out
+from conftest import INSTRUCT_STEPS as STEPS, cli, snapshot
 
 
 def base_and_net(seed: int = 0):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import re
 import shutil
@@ -17,14 +16,13 @@ import numpy as np
 import pytest
 import websockets
 
-from conftest import Server, cli, needs_browser
+from conftest import Server, cli, needs_browser, save_screenshot
 from gamengen.envs import ActionSet
 from gamengen.envs.vizdoom_env import DOOM_ACTIONS, DOOM_BUTTONS
 from gamengen.models.world_model import WorldModel
 from gamengen.play.keymap import ActionResolver, Keymap
 from gamengen.play.server import unpack_frame
 
-DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
 
 
 
@@ -367,12 +365,6 @@ def hold_and_play(page, key: str, frames: int, start: int = 0) -> dict[str, str]
     page.keyboard.up(key)
     page.wait_for_timeout(1000)  # the frame in flight lands
     return page.evaluate("Object.fromEntries([...document.querySelectorAll('canvas')].map(c => [c.id, c.toDataURL()]))")
-
-
-def save_screenshot(page, tmp_path, name: str) -> None:
-    page.screenshot(path=str(tmp_path / name))
-    if os.environ.get("GAMENGEN_DOCS_SCREENSHOTS"):  # refresh the committed pictures
-        shutil.copy(tmp_path / name, DOCS_IMAGES / name)
 
 
 @needs_browser

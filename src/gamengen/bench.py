@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import platform
 import shutil
@@ -181,33 +182,46 @@ def start_to_first_frame(model_dir, steps: int) -> dict:
     return out
 
 
-def _play_through_server(model_dir, frames: int, steps: int, runtime: str, report) -> dict:
-    import asyncio
-    import json
-    import statistics
+@contextlib.contextmanager
+def serving(make_app, config):
+    """The real server (uvicorn) on a free loopback port in a thread: yields (WebSocket URL, Origin)."""
     import threading
 
-    import numpy as np
     import uvicorn
-    import websockets
 
-    from .engine.world import EngineConfig
-    from .play.players import neural_player
-    from .play.server import ServerConfig, bind, create_app, unpack_frame
+    from .play.server import bind
 
-    config = ServerConfig(port=0, fps=1e6)
-    player = neural_player(model_dir, engine=EngineConfig(steps=steps, runtime=runtime))
     sock = bind(config)
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(player, config, port), log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(make_app(port), log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     while not server.started:
         time.sleep(0.05)
+    try:
+        yield f"ws://127.0.0.1:{port}/ws?token={config.token}", f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def _play_through_server(model_dir, frames: int, steps: int, runtime: str, report) -> dict:
+    import asyncio
+    import json
+    import statistics
+
+    import numpy as np
+    import websockets
+
+    from .engine.world import EngineConfig
+    from .play.players import neural_player
+    from .play.server import ServerConfig, create_app, unpack_frame
+
+    config = ServerConfig(port=0, fps=1e6)
+    player = neural_player(model_dir, engine=EngineConfig(steps=steps, runtime=runtime))
     keys = [["KeyW"], ["KeyW", "KeyA"], ["KeyD"], ["Space"], []]
 
-    async def drive():
-        url, origin = f"ws://127.0.0.1:{port}/ws?token={config.token}", f"http://127.0.0.1:{port}"
+    async def drive(url: str, origin: str):
         lat, stages = [], []
         async with websockets.connect(url, origin=origin) as ws:
             json.loads(await ws.recv())
@@ -223,13 +237,10 @@ def _play_through_server(model_dir, frames: int, steps: int, runtime: str, repor
                     report(1)
         return lat, stages
 
-    try:
+    with serving(lambda port: create_app(player, config, port), config) as (url, origin):
         t0 = time.perf_counter()
-        lat, stages = asyncio.run(drive())
+        lat, stages = asyncio.run(drive(url, origin))
         wall = time.perf_counter() - t0
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
     lat_a = np.asarray(lat)
     return {
         "fps": frames / float(lat_a.sum() / 1e3), "wall_s": wall,
@@ -436,3 +447,96 @@ def bench_clip(model_dir, prompt: str, repeats: int = 3, steps: int | None = Non
             "continuation_s": cont_s, "steered_continuation_s": steered_s, "stages_s": {"text": text_s, "decode": decode_s,
                                                     "euler": max(0.0, gen_s - text_s - decode_s)},
             "clip_seconds": m.frames / m.fps, "real_time": (m.frames / m.fps) / gen_s}
+
+
+CLIP_PLAY_KEYS = (["ArrowLeft"], ["ArrowRight"], ["ArrowUp"], [], ["ArrowDown"], ["ArrowLeft", "KeyW"])
+
+
+def bench_clip_play(model_dir, instruct_dir=None, prompt: str = "", presses: int = 6, steps: int | None = None,
+                    guidance: float | None = None, context: int = 5, seed: int = 0, report=lambda n: None) -> dict:
+    """Key-to-visible time through the real clip-play server on loopback, with a client that plays
+    like the page: chunks are shown at the model's fps, each as soon as it has arrived and the one
+    before it has played out, and "played" is sent when one starts. The keys change at a random
+    moment while a chunk is shown; the time to the first frame of the first chunk made under them is
+    one key-to-visible sample. The first two chunks (the text-to-clip and the first continuation)
+    warm up and are not counted."""
+    import asyncio
+    import json
+
+    import numpy as np
+    import torch
+    import websockets
+
+    from .engine.clip_play import ClipPlayConfig, ClipWorld
+    from .models.clip_model import ClipModel
+    from .models.instruct_model import InstructModel
+    from .play.clip_server import ClipPlayer, create_clip_app
+    from .play.keymap import Keymap
+    from .play.server import ServerConfig, unpack_frame
+
+    model = ClipModel.from_pretrained(model_dir)
+    instruct = None if instruct_dir is None else InstructModel.from_pretrained(instruct_dir, model)
+    cfg = ClipPlayConfig(steps=steps, guidance=guidance, context=context, seed=seed)
+    ClipWorld(model, instruct, cfg)  # a bad context fails before the server starts
+    keymap = Keymap.for_env(model.meta.env_ids[0]) if model.meta.env_ids else Keymap({}, {})
+    player = ClipPlayer(lambda: ClipWorld(model, instruct, cfg), keymap, "bench", prompt, fps=model.meta.fps)
+    config = ServerConfig(port=0)
+    rng = np.random.default_rng(seed)
+    fps = model.meta.fps
+
+    async def drive(url: str, origin: str) -> dict:
+        arrivals: asyncio.Queue = asyncio.Queue()
+        samples, generate_ms, shows, frames_shown, restarts, last = [], [], [], 0, 0, 0
+        async with websockets.connect(url, origin=origin, max_size=2**26) as ws:
+            hello = json.loads(await ws.recv())
+
+            async def receive():
+                while True:
+                    data = await ws.recv()
+                    if isinstance(data, str):
+                        raise RuntimeError(f"the server answered {data}")
+                    header, images = unpack_frame(data)
+                    await arrivals.put((time.perf_counter(), header, len(images)))
+
+            receiver = asyncio.ensure_future(receive())
+            await ws.send(json.dumps({"type": "start", "prompt": prompt, "seed": seed}))
+            seq, pending, end = 0, None, 0.0
+            try:
+                while len(samples) < presses:
+                    arrived, header, n = await arrivals.get()
+                    show = max(arrived, end)
+                    await asyncio.sleep(max(0.0, show - time.perf_counter()))
+                    await ws.send(json.dumps({"type": "played", "chunk": header["chunk"]}))
+                    end = show + n / fps
+                    if header["chunk"] >= 2:
+                        generate_ms.append(header["ms"]["generate"])
+                        shows.append(show)
+                        frames_shown, last = frames_shown + n, n
+                        restarts = header["restarts"]
+                        if pending is not None and header["keys_seq"] >= pending[0]:
+                            samples.append(show - pending[1])
+                            pending = None
+                            report(1)
+                    if header["chunk"] >= 1 and pending is None:  # a new press while this chunk plays
+                        await asyncio.sleep(rng.uniform(0, n / fps))
+                        seq += 1
+                        await ws.send(json.dumps({"type": "keys", "seq": seq,
+                                                  "keys": CLIP_PLAY_KEYS[seq % len(CLIP_PLAY_KEYS)]}))
+                        pending = (seq, time.perf_counter())
+            finally:
+                receiver.cancel()
+        span = shows[-1] - shows[0] if len(shows) > 1 else float("nan")
+        return {"hello": hello, "key_to_visible_s": samples, "generate_ms": generate_ms,
+                "shown_fps": (frames_shown - last) / span if span > 0 else float("nan"), "restarts": restarts}
+
+    with serving(lambda port: create_clip_app(player, config, port), config) as (url, origin):
+        res = asyncio.run(drive(url, origin))
+    k = np.asarray(res["key_to_visible_s"])
+    s = model.sampler
+    return {"model": str(model_dir), "instruct": None if instruct_dir is None else str(instruct_dir),
+            "machine": machine(), "threads": torch.get_num_threads(), "fps": fps,
+            "euler_steps": steps or s.steps, "guidance": s.guidance if guidance is None else guidance,
+            "context_frames": context, "chunk_frames": res["hello"]["chunk_frames"], "presses": presses,
+            "key_to_visible_s": {"median": float(np.median(k)), "p90": float(np.percentile(k, 90)), "max": float(k.max())},
+            "chunk_generate_ms": float(np.median(res["generate_ms"])), "shown_fps": res["shown_fps"],
+            "restarts": res["restarts"], "samples_s": [round(float(x), 3) for x in k]}

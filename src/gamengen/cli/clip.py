@@ -20,6 +20,12 @@ app.add_typer(clip_app, name="clip")
 
 CONTROL_KEYS = ("TURN_LEFT", "TURN_RIGHT", "FORWARD", "BACKWARD", "STRAFE_LEFT", "STRAFE_RIGHT", "MOVE_FORWARD",
                 "MOVE_BACKWARD", "MOVE_LEFT", "MOVE_RIGHT")  # eval/control.py KEYS, without importing it here
+# The README's example: a world clip play starts from until the player writes their own.
+EXAMPLE_PROMPT = ("Summary: A 1.0-second first-person clip of ViZDoom, scenario health_gathering: the player moves "
+                  "forward, mostly pressing MOVE_FORWARD. Game_Meta: ViZDoom, a first-person shooter on the DOOM engine; "
+                  "scenario health_gathering; vizdoom 1.3.2, 17.5 frames per second. Character: First-person view of "
+                  "the player, with no weapon; health 60 -> 56, armor 0. Frame_Desc: In view: items: medikit x2. Mean "
+                  "brightness 51/255 (dim). Atmosphere: Dim picture; tense: the player loses 4 health.")
 PRESETS = "tiny (tests), cpu or paper (the MSDiT's size; the text encoder pretrained here follows it)"
 
 
@@ -250,6 +256,52 @@ def continue_(
     clip = continue_clip(m, frames, prompt, seed, steps, guidance, steer=steer)
     _write(out, clip, m.meta.fps, png)
     typer.echo(f"{out}: {len(clip)} frames at {m.meta.fps:g} fps, frames 1-{used} re-encode the context from {source}")
+
+
+@clip_app.command("play")
+def play(
+    model: Path = typer.Option(..., "--model", help="Clip model folder (`gamengen clip train`'s OUT/model)."),
+    instruct: Optional[Path] = typer.Option(None, "--instruct", help="An InstructNet trained beside --model: keys and "
+                                                                     "instructions steer each chunk (without it they do nothing)."),
+    steps: Optional[int] = typer.Option(None, help="Euler steps per chunk (default: the model's)."),
+    guidance: Optional[float] = typer.Option(None, help="CFG weight on the text (default: the model's; 1 halves the work)."),
+    context: int = typer.Option(5, help="Frames each chunk continues from (1 + 4k): more keep the scene, fewer give "
+                                        "more new frames per chunk."),
+    keymap: Optional[Path] = typer.Option(None, help="Keymap JSON (default: the model's game's own)."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on. Loopback unless you say otherwise."),
+    port: int = typer.Option(8000, help="Port (0 picks a free one)."),
+    max_sessions: int = typer.Option(4, help="Players at once (they share one compute thread)."),
+    idle_timeout: float = typer.Option(300.0, help="Seconds without input before a player is disconnected."),
+    open_browser: bool = typer.Option(True, "--open/--no-open", help="Open the page in a browser."),
+):
+    """Play a clip world in the browser: a prompt starts it, keys and instructions steer each next chunk."""
+    from ..engine.clip_play import ClipPlayConfig, ClipWorld
+    from ..models.clip_model import ClipModel
+    from ..play.clip_server import ClipPlayer, create_clip_app
+    from ..play.keymap import Keymap
+    from ..play.server import ServerConfig
+    from .common import run_server
+
+    config = ServerConfig(host=host, port=port, max_sessions=max_sessions, idle_timeout=idle_timeout)
+    m = ClipModel.from_pretrained(model)
+    net = None
+    if instruct is not None:
+        from ..models.instruct_model import InstructModel
+
+        net = InstructModel.from_pretrained(instruct, m)
+    cfg = ClipPlayConfig(steps=steps, guidance=guidance, context=context)
+    ClipWorld(m, net, cfg)  # a bad --context fails here, before the server starts
+    if keymap is not None:
+        km = Keymap.load(keymap)
+    elif m.meta.env_ids:
+        km = Keymap.for_env(m.meta.env_ids[0])
+    else:  # clips curated from video files: no game, no keys to steer by
+        km = Keymap({}, {}, "this model's clips came from videos: no keys")
+    info = {"model": model.name, "steps": cfg.steps or m.sampler.steps,
+            "guidance": m.sampler.guidance if guidance is None else guidance, "context": context}
+    player = ClipPlayer(lambda: ClipWorld(m, net, cfg), km, f"clip play: {model}", EXAMPLE_PROMPT, info,
+                        m.meta.fps)
+    run_server(None, config, open_browser, make_app=lambda p: create_clip_app(player, config, p))
 
 
 @clip_app.command("eval")

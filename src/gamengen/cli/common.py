@@ -137,8 +137,9 @@ class _BundledModel:
 BUNDLED_MODEL = _BundledModel()
 
 
-def run_server(player, config, open_browser: bool) -> None:
-    from ..play.server import serve_forever
+def run_server(player, config, open_browser: bool, make_app=None) -> None:
+    """Serve ``player`` (play's app, or ``make_app(port)``'s) until Ctrl-C, printing its URL."""
+    from ..play.server import create_app, serve_app
 
     def ready(url: str) -> None:
         typer.echo(f"gamengen player: {url}")
@@ -150,7 +151,8 @@ def run_server(player, config, open_browser: bool) -> None:
 
             webbrowser.open(url)
 
-    serve_forever(player, config, ready)
+    serve_app(make_app or (lambda port: create_app(player, config, port)), config, ready)
+
 
 def record_config(env, policy, steps, episodes, seed, workers, resolution, frame_skip, automap, max_episode_steps,
                   labels: bool = False, events: bool = False):

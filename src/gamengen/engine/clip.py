@@ -10,6 +10,7 @@ same frames.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -74,9 +75,11 @@ def context_frames_used(model: ClipModel, given: int) -> int:
 
 @torch.inference_mode()
 def _sample(model: ClipModel, prompt: str, seed: int, context: torch.Tensor | None, steps: int | None,
-            guidance: float | None, shift: float | None, steer: Steering | None = None) -> np.ndarray:
+            guidance: float | None, shift: float | None, steer: Steering | None = None,
+            on_step: Callable[[], None] | None = None) -> np.ndarray:
     """context (X, C, h, w) clean latents or None -> uint8 (F, H, W, 3). With ``steer``, InstructNet
-    steers both CFG branches alike: guidance stays on the text alone."""
+    steers both CFG branches alike: guidance stays on the text alone. ``on_step`` is called before
+    each Euler step and may raise to abandon the clip (clip play does when the keys change)."""
     s = model.sampler
     steps = s.steps if steps is None else steps
     guidance = s.guidance if guidance is None else guidance
@@ -96,18 +99,24 @@ def _sample(model: ClipModel, prompt: str, seed: int, context: torch.Tensor | No
         cond, uncond, net = {**cond, **controls}, {**uncond, **controls}, controlled(model.net, steer.instruct.net)
     noise = torch.randn((1, *model.latent_shape), generator=torch.Generator().manual_seed(seed)).to(device)
     ctx = None if context is None else context[None].to(device)
-    x0 = euler_sample(guided(net, cond, uncond, guidance), noise, ctx, steps=steps, shift=shift)
+    velocity = guided(net, cond, uncond, guidance)
+    if on_step is not None:
+        def velocity(x, t, v=velocity):
+            on_step()
+            return v(x, t)
+    x0 = euler_sample(velocity, noise, ctx, steps=steps, shift=shift)
     return model.codec.decode_clip(x0[0])  # (L, C, h, w) -> (F, H, W, 3)
 
 
 def generate(model: ClipModel, prompt: str, seed: int = 0, steps: int | None = None, guidance: float | None = None,
-             shift: float | None = None) -> np.ndarray:
+             shift: float | None = None, on_step: Callable[[], None] | None = None) -> np.ndarray:
     """Text-to-clip: uint8 (F, H, W, 3) at the model's size. None takes the model's sampler setting."""
-    return _sample(model, prompt, seed, None, steps, guidance, shift)
+    return _sample(model, prompt, seed, None, steps, guidance, shift, on_step=on_step)
 
 
 def continue_clip(model: ClipModel, context_frames: np.ndarray, prompt: str, seed: int = 0, steps: int | None = None,
-                  guidance: float | None = None, shift: float | None = None, steer: Steering | None = None) -> np.ndarray:
+                  guidance: float | None = None, shift: float | None = None, steer: Steering | None = None,
+                  on_step: Callable[[], None] | None = None) -> np.ndarray:
     """Continue uint8 frames (X, H, W, 3) -> uint8 (F, H, W, 3): the last 1 + 4k of the given frames
     (``context_frames_used``) are encoded and held clean, the rest is generated; the whole clip is
     decoded, so its first 1 + 4k frames are the codec's reconstruction of the context. ``steer``:
@@ -120,4 +129,4 @@ def continue_clip(model: ClipModel, context_frames: np.ndarray, prompt: str, see
     used = context_frames_used(model, len(frames))
     with torch.inference_mode():
         context = model.codec.encode_clip(frames[-used:])  # (x, C, h, w), x = 1 + (used - 1) / 4
-    return _sample(model, prompt, seed, context, steps, guidance, shift, steer)
+    return _sample(model, prompt, seed, context, steps, guidance, shift, steer, on_step)

@@ -49,6 +49,20 @@ class Keymap:
             raise UserError(f"no keymap for '{env_id}'", "pass --keymap FILE.json (see src/gamengen/play/keymaps/)")
         return cls.load(KEYMAPS / f"{KIND_KEYMAP[kind]}.json")
 
+    def elements(self, codes: list[str]) -> frozenset[str]:
+        """Held key codes -> the elements they press, modifiers applied."""
+        held = set(codes)
+        out = set()
+        for code in held:
+            e = self.keys.get(code)
+            if e is None:
+                continue
+            for mod, rewrite in self.while_held.items():
+                if mod in held:
+                    e = rewrite.get(e, e)
+            out.add(e)
+        return frozenset(out)
+
     def to_json(self) -> dict:
         return {"keys": self.keys, "while_held": self.while_held, "help": self.help}
 
@@ -66,21 +80,8 @@ class ActionResolver:
             self.sets = [frozenset(words.findall(name)) for name in action_set.names]
         self.names = action_set.names
 
-    def elements(self, codes: list[str]) -> frozenset[str]:
-        held = set(codes)
-        out = set()
-        for code in held:
-            e = self.keymap.keys.get(code)
-            if e is None:
-                continue
-            for mod, rewrite in self.keymap.while_held.items():
-                if mod in held:
-                    e = rewrite.get(e, e)
-            out.add(e)
-        return frozenset(out)
-
     def action(self, codes: list[str]) -> int:
-        pressed = self.elements(codes)
+        pressed = self.keymap.elements(codes)
         # Most held elements covered, never an element that is not held, then the smallest chord.
         best = max(range(len(self.sets)),
                    key=lambda i: (not (self.sets[i] - pressed), len(self.sets[i] & pressed), -len(self.sets[i]), -i))

@@ -38,6 +38,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from html import escape as html_escape
 from pathlib import Path
 from typing import Callable
 
@@ -129,8 +130,8 @@ def nesting(text: str) -> int:
     return max(itertools.accumulate((1 if c in "[{" else -1 for c in brackets), initial=0))
 
 
-def parse_message(text: str, n_starts: int) -> dict:
-    """Validate one client message; raise BadMessage with the close code to use."""
+def parse_json(text: str) -> dict:
+    """A client message's JSON object with a string 'type', parsed without deep recursion."""
     if nesting(text) > MAX_NESTING:
         raise BadMessage(INVALID, "JSON nested too deep")
     try:
@@ -139,24 +140,81 @@ def parse_message(text: str, n_starts: int) -> dict:
         raise BadMessage(INVALID, "not JSON") from None
     if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
         raise BadMessage(INVALID, "expected an object with a 'type'")
+    return msg
+
+
+def key_codes(msg: dict) -> list[str]:
+    """The message's 'keys': a short list of short key codes."""
+    keys = msg.get("keys", [])
+    if not isinstance(keys, list) or len(keys) > MAX_KEYS or not all(isinstance(k, str) and len(k) <= 32 for k in keys):
+        raise BadMessage(INVALID, "'keys' must be a short list of key codes")
+    return keys
+
+
+def whole(msg: dict, name: str, below: int) -> int:
+    """The message's integer ``name`` (default 0), in 0..below-1."""
+    n = msg.get(name, 0)
+    if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n < below:
+        raise BadMessage(INVALID, f"'{name}' must be an integer in 0..{below - 1}")
+    return n
+
+
+def parse_message(text: str, n_starts: int) -> dict:
+    """Validate one client message; raise BadMessage with the close code to use."""
+    msg = parse_json(text)
     kind = msg["type"]
     if kind == "step":
-        keys, seq = msg.get("keys", []), msg.get("seq", 0)
-        if not isinstance(keys, list) or len(keys) > MAX_KEYS or not all(isinstance(k, str) and len(k) <= 32 for k in keys):
-            raise BadMessage(INVALID, "'keys' must be a short list of key codes")
-        if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq < 2**53:
-            raise BadMessage(INVALID, "'seq' must be a non-negative integer")
-        return {"type": kind, "keys": keys, "seq": seq}
+        return {"type": kind, "keys": key_codes(msg), "seq": whole(msg, "seq", 2**53)}
     if kind == "reset":
-        start = msg.get("start", 0)
-        if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < n_starts:
-            raise BadMessage(INVALID, f"'start' must be in 0..{n_starts - 1}")
-        return {"type": kind, "start": start}
+        return {"type": kind, "start": whole(msg, "start", n_starts)}
     if kind == "record":
         if not isinstance(msg.get("on"), bool):
             raise BadMessage(INVALID, "'on' must be true or false")
         return {"type": kind, "on": msg["on"]}
     raise BadMessage(INVALID, f"unknown message type '{kind[:20]}'")
+
+
+async def admit(ws: WebSocket, check: Callable[[str | None, str | None], str | None], open_now: int,
+                max_sessions: int) -> bool:
+    """Accept a WebSocket that has the token, a loopback Host and no foreign Origin (a page elsewhere
+    must not drive the server: cross-site WebSockets are not bound by the same-origin policy), while
+    fewer than ``max_sessions`` are open; otherwise close it with the reason and return False."""
+    host = ws.headers.get("host")
+    why = check(ws.query_params.get("token"), host)
+    origin = ws.headers.get("origin")
+    if why is None and origin is not None and origin not in (f"http://{host}", f"https://{host}"):
+        why = f"cross-origin request from {origin!r}"
+    if why:
+        await ws.close(code=POLICY, reason=why[:120])  # before accept: the handshake gets a 403
+        return False
+    await ws.accept()
+    if open_now >= max_sessions:
+        await ws.close(code=TRY_LATER, reason=f"server full ({max_sessions} sessions)")
+        return False
+    return True
+
+
+async def read_message(ws: WebSocket, config: ServerConfig, parse: Callable[[str], dict]) -> dict | None:
+    """The next message as ``parse`` validates it, or None once the socket is closed: after
+    ``config.idle_timeout`` seconds of silence, or for a bad message (binary, over ``max_message``
+    bytes, or one ``parse`` refuses with BadMessage), with its close code."""
+    try:
+        msg = await asyncio.wait_for(ws.receive(), timeout=config.idle_timeout)
+    except asyncio.TimeoutError:
+        await ws.close(code=GOING_AWAY, reason="idle timeout")
+        return None
+    if msg["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(msg.get("code", 1000))
+    try:
+        if msg.get("bytes") is not None:
+            raise BadMessage(UNSUPPORTED, "binary messages are not accepted")
+        text = msg.get("text") or ""
+        if len(text.encode()) > config.max_message:
+            raise BadMessage(TOO_BIG, f"message over {config.max_message} bytes")
+        return parse(text)
+    except BadMessage as e:
+        await ws.close(code=e.code, reason=e.reason[:120])
+        return None
 
 
 def allowed_hosts(config: ServerConfig, port: int) -> set[str] | None:
@@ -194,10 +252,9 @@ def guard(app: FastAPI, config: ServerConfig, port: int) -> Callable[[str | None
     return check
 
 
-def create_app(player: Player, config: ServerConfig, port: int):
-    """The player's FastAPI app: the page, finished recordings and the play WebSocket."""
-    sessions = Sessions(player, config)
-
+def page_app(sessions, config: ServerConfig, port: int, page: str, title: str) -> FastAPI:
+    """A FastAPI app behind ``guard`` that serves the static ``page`` at / and ``sessions.connect``
+    at /ws, and closes ``sessions`` when it stops."""
     @contextlib.asynccontextmanager
     async def lifespan(app):
         yield
@@ -207,8 +264,18 @@ def create_app(player: Player, config: ServerConfig, port: int):
     sessions.check = guard(app, config, port)
 
     @app.get("/")
-    async def page():
-        return HTMLResponse((STATIC / "index.html").read_text().replace("{{TITLE}}", player.title))
+    async def index():
+        html = (STATIC / page).read_text().replace("{{COMMON_JS}}", (STATIC / "common.js").read_text())
+        return HTMLResponse(html.replace("{{TITLE}}", html_escape(title)))  # a model's folder name is not markup
+
+    app.websocket("/ws")(sessions.connect)
+    return app
+
+
+def create_app(player: Player, config: ServerConfig, port: int):
+    """The player's FastAPI app: the page, finished recordings and the play WebSocket."""
+    sessions = Sessions(player, config)
+    app = page_app(sessions, config, port, "index.html", player.title)
 
     @app.get("/recording/{name}")
     async def recording(name: str):
@@ -217,7 +284,6 @@ def create_app(player: Player, config: ServerConfig, port: int):
             return PlainTextResponse("no such recording\n", status_code=404)
         return FileResponse(path, media_type="video/mp4", filename="gamengen-session.mp4")
 
-    app.websocket("/ws")(sessions.connect)
     return app
 
 
@@ -238,17 +304,7 @@ class Sessions:
         shutil.rmtree(self.recordings, ignore_errors=True)
 
     async def connect(self, ws: WebSocket):
-        host = ws.headers.get("host")
-        why = self.check(ws.query_params.get("token"), host)
-        origin = ws.headers.get("origin")
-        if why is None and origin is not None and origin not in (f"http://{host}", f"https://{host}"):
-            why = f"cross-origin request from {origin!r}"
-        if why:
-            await ws.close(code=POLICY, reason=why[:120])  # before accept: the handshake gets a 403
-            return
-        await ws.accept()
-        if self.open >= self.config.max_sessions:
-            await ws.close(code=TRY_LATER, reason=f"server full ({self.config.max_sessions} sessions)")
+        if not await admit(ws, self.check, self.open, self.config.max_sessions):
             return
         self.open += 1
         loop = asyncio.get_running_loop()
@@ -278,27 +334,13 @@ class Sessions:
 
     async def receive(self, ws, started: bool) -> dict | None:
         """The next valid message, or None once the session is closed (idle, or a bad message)."""
-        config = self.config
-        try:
-            msg = await asyncio.wait_for(ws.receive(), timeout=config.idle_timeout)
-        except asyncio.TimeoutError:
-            await ws.close(code=GOING_AWAY, reason="idle timeout")
-            return None
-        if msg["type"] == "websocket.disconnect":
-            raise WebSocketDisconnect(msg.get("code", 1000))
-        try:
-            if msg.get("bytes") is not None:
-                raise BadMessage(UNSUPPORTED, "binary messages are not accepted")
-            text = msg.get("text") or ""
-            if len(text.encode()) > config.max_message:
-                raise BadMessage(TOO_BIG, f"message over {config.max_message} bytes")
+        def parse(text: str) -> dict:
             m = parse_message(text, self.player.n_starts)
             if m["type"] == "step" and not started:
                 raise BadMessage(INVALID, "send a reset before the first step")
-        except BadMessage as e:
-            await ws.close(code=e.code, reason=e.reason[:120])
-            return None
-        return m
+            return m
+
+        return await read_message(ws, self.config, parse)
 
     async def serve(self, ws, game: PlayableGame, loop):
         step, started, recorded, recording_on = 0, False, [], False
@@ -363,10 +405,6 @@ def url_of(config: ServerConfig, port: int) -> str:
     host = "127.0.0.1" if config.host in ("0.0.0.0", "::") else config.host
     host = f"[{host}]" if ":" in host else host
     return f"http://{host}:{port}/?token={config.token}"
-
-
-def serve_forever(player: Player, config: ServerConfig, on_ready: Callable[[str], None] = print) -> None:
-    serve_app(lambda port: create_app(player, config, port), config, on_ready)
 
 
 def serve_app(make_app: Callable[[int], FastAPI], config: ServerConfig,

@@ -1,0 +1,83 @@
+"""A world you play chunk by chunk: GameGen-X's interactive generation (§3.4, §3.5).
+
+A text prompt makes the first clip (text-to-clip). Every next chunk continues the frames made so far:
+the last ``context`` frames are held clean (§3.3's frame mask, x > 0) and the rest of a clip is
+generated, steered by InstructNet with the keys held when the chunk starts and the instruction
+caption last given (§3.4's operation and instruction fusion). Without an InstructNet, or with no key
+and no instruction, the base model alone continues the prompt: the paper's base is unchanged when
+no control is given, and skipping InstructNet is also cheaper.
+
+Chunk i is sampled with seed ``seed + i``, so the same prompt, keys and instructions give the same
+world. A chunk is committed only when it is finished: one abandoned midway (``on_step`` raised)
+leaves the world as it was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..errors import UserError
+from ..models.clip_model import ClipModel
+from ..models.instruct_model import InstructModel
+from .clip import Steering, context_frames_used, continue_clip, generate
+
+
+@dataclass
+class ClipPlayConfig:
+    steps: int | None = None  # Euler steps per chunk (None: the model's sampler)
+    guidance: float | None = None  # CFG weight on the text (None: the model's; 1 runs one branch, half the work)
+    context: int = 5  # frames held clean per chunk, 1 + 4k: more keeps the scene, fewer makes more new frames
+    seed: int = 0
+
+
+class ClipWorld:
+    """One player's world: the prompt, the frames made so far and the next chunk's sampling."""
+
+    def __init__(self, model: ClipModel, instruct: InstructModel | None = None, config: ClipPlayConfig | None = None):
+        self.model, self.instruct, self.config = model, instruct, config or ClipPlayConfig()
+        c = self.config
+        if c.context != context_frames_used(model, c.context):
+            r, L = model.codec.vae.temporal_compression, model.latent_shape[0]
+            fits = ", ".join(str(1 + r * k) for k in range(L - 1))
+            raise UserError(f"--context {c.context}: a chunk holds 1 + {r}k frames clean and generates at least one "
+                            f"latent frame", f"pass one of {fits}")
+        self.prompt: str | None = None
+        self.chunk = 0  # chunks made since the last start
+        self.tail: np.ndarray | None = None  # (context, H, W, 3) uint8: the last frames made
+
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        """The keys the operation signal knows (none without an InstructNet)."""
+        return tuple(self.instruct.meta.key_names) if self.instruct is not None else ()
+
+    @property
+    def chunk_frames(self) -> int:
+        """New frames per continuation chunk."""
+        return self.model.meta.frames - self.config.context
+
+    def start(self, prompt: str, seed: int | None = None, on_step: Callable[[], None] | None = None) -> np.ndarray:
+        """A new world from text: uint8 (F, H, W, 3). A UserError for an empty or over-long prompt."""
+        c = self.config
+        seed = c.seed if seed is None else seed
+        frames = generate(self.model, prompt, seed, c.steps, c.guidance, on_step=on_step)
+        self.prompt, self.seed, self.chunk, self.tail = prompt, seed, 1, frames[-c.context:]
+        return frames
+
+    def next_chunk(self, keys: tuple[str, ...] = (), instruction: str | None = None,
+                   on_step: Callable[[], None] | None = None) -> np.ndarray:
+        """The next ``chunk_frames`` frames (N, H, W, 3) under ``keys`` (InstructNet key names, held
+        through the chunk) and ``instruction``; both are ignored without an InstructNet."""
+        if self.tail is None:
+            raise UserError("the world has not started", "start it with a prompt")
+        c = self.config
+        steer = None
+        if self.instruct is not None and (keys or instruction):
+            steer = Steering(self.instruct, tuple(keys), instruction)
+        clip = continue_clip(self.model, self.tail, self.prompt, self.seed + self.chunk, c.steps, c.guidance,
+                             steer=steer, on_step=on_step)
+        new = clip[c.context:]
+        self.chunk, self.tail = self.chunk + 1, clip[-c.context:]
+        return new

@@ -1,0 +1,182 @@
+"""Interactive clip play (GameGen-X §3.4, §3.5): the real server in a subprocess with conftest's tiny
+clip model and InstructNet, real WebSocket clients, a real Chromium, and `bench clip-play`."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import re
+
+import numpy as np
+import pytest
+import websockets
+from PIL import Image
+
+from conftest import Server, cli, needs_browser, save_screenshot
+from gamengen.play.server import unpack_frame
+
+STEPS = 4  # Euler steps per chunk: enough to be a real sampler, few enough for a quick test
+PROMPT = "The cursor drifts across the toy board."
+
+
+@pytest.fixture(scope="module")
+def clip_server(clip_run, instruct):
+    server = Server("clip", "play", "--model", clip_run / "run" / "model", "--instruct", instruct / "model",
+                    "--steps", STEPS, "--no-open", "--idle-timeout", "60")
+    yield server
+    server.stop()
+
+
+def frames_of(images: list[bytes]) -> np.ndarray:
+    return np.stack([np.asarray(Image.open(io.BytesIO(b)).convert("RGB")) for b in images])
+
+
+def world(clip_run, instruct):
+    from gamengen.engine.clip_play import ClipPlayConfig, ClipWorld
+    from gamengen.models.clip_model import ClipModel
+    from gamengen.models.instruct_model import InstructModel
+
+    model = ClipModel.from_pretrained(clip_run / "run" / "model")
+    return ClipWorld(model, InstructModel.from_pretrained(instruct / "model", model), ClipPlayConfig(steps=STEPS))
+
+
+async def next_chunk(ws, timeout: float = 120) -> tuple[dict, np.ndarray]:
+    data = await asyncio.wait_for(ws.recv(), timeout)
+    assert isinstance(data, bytes), data
+    header, images = unpack_frame(data)
+    return header, frames_of(images)
+
+
+def test_a_world_starts_from_text_and_each_chunk_continues_under_the_keys_held(clip_server, clip_run, instruct):
+    async def play():
+        async with websockets.connect(clip_server.ws, origin=clip_server.origin, max_size=2**24) as ws:
+            hello = json.loads(await ws.recv())
+            await ws.send(json.dumps({"type": "start", "prompt": "  ", "seed": 3}))
+            error = json.loads(await ws.recv())  # the socket stays open: the player fixes the prompt
+            await ws.send(json.dumps({"type": "start", "prompt": PROMPT, "seed": 3}))
+            chunks = [await next_chunk(ws)]
+            await ws.send(json.dumps({"type": "played", "chunk": 0}))
+            chunks.append(await next_chunk(ws))
+            await ws.send(json.dumps({"type": "keys", "seq": 1, "keys": ["ArrowLeft", "KeyQ"]}))
+            await ws.send(json.dumps({"type": "instruction", "text": "Light: the lights go out."}))
+            await ws.send(json.dumps({"type": "played", "chunk": 1}))
+            chunks.append(await next_chunk(ws))
+            with pytest.raises(asyncio.TimeoutError):  # chunk 2 is not shown yet: nothing more is made
+                await asyncio.wait_for(ws.recv(), 3)
+            return hello, error, chunks
+
+    hello, error, chunks = asyncio.run(play())
+    w = world(clip_run, instruct)
+    assert hello["keys"] == list(w.key_names) and hello["instruct"] and hello["chunk_frames"] == w.chunk_frames == 12
+    assert error == {"type": "error", "message": "the prompt is empty (fix: write what should happen)"}
+    (h0, f0), (h1, f1), (h2, f2) = chunks
+    assert [h["chunk"] for h in (h0, h1, h2)] == [0, 1, 2]
+    assert (h1["keys"], h1["instruction"]) == ([], None)
+    # KeyQ presses nothing; ArrowLeft is the toy game's LEFT
+    assert (h2["keys"], h2["keys_seq"], h2["instruction"]) == (["LEFT"], 1, "Light: the lights go out.")
+    # the same world in this process, from the engine: what the server sent, up to JPEG
+    expected = [w.start(PROMPT, 3), w.next_chunk(), w.next_chunk(("LEFT",), "Light: the lights go out.")]
+    for got, want in zip((f0, f1, f2), expected):
+        assert got.shape == want.shape and np.abs(got.astype(int) - want).mean() < 6
+
+
+def test_keys_steer_the_next_chunk_and_an_abandoned_chunk_changes_nothing(clip_run, instruct):
+    from gamengen.errors import UserError
+    from gamengen.engine.clip_play import ClipPlayConfig, ClipWorld
+
+    w = world(clip_run, instruct)
+    w.start(PROMPT, 0)
+    calls = []
+
+    def stop_at_second_step():
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # any exception abandons the chunk
+
+    with pytest.raises(KeyboardInterrupt):
+        w.next_chunk(("LEFT",), on_step=stop_at_second_step)
+    plain = w.next_chunk()
+    fresh = world(clip_run, instruct)
+    fresh.start(PROMPT, 0)
+    assert np.array_equal(fresh.next_chunk(), plain)  # the abandoned chunk left no trace
+    fresh2 = world(clip_run, instruct)
+    fresh2.start(PROMPT, 0)
+    steered = fresh2.next_chunk(("RIGHT",))
+    assert np.abs(steered.astype(int) - plain).max() > 0  # InstructNet's operation signal reaches the frames
+    with pytest.raises(UserError, match="1 \\+ 4k"):
+        ClipWorld(w.model, None, ClipPlayConfig(context=4))
+
+
+def test_bad_messages_close_only_their_socket(clip_server):
+    async def closed_by(message) -> int:
+        async with websockets.connect(clip_server.ws, origin=clip_server.origin) as ws:
+            await ws.recv()
+            await ws.send(message)
+            with pytest.raises(websockets.ConnectionClosed) as e:
+                await asyncio.wait_for(ws.recv(), 60)
+            return e.value.rcvd.code
+
+    async def refused(url: str, origin: str) -> bool:
+        try:
+            async with websockets.connect(url, origin=origin) as ws:
+                await ws.recv()
+        except (websockets.InvalidStatus, websockets.ConnectionClosed):
+            return True
+        return False
+
+    assert asyncio.run(closed_by(json.dumps({"type": "fly"}))) == 1007
+    assert asyncio.run(closed_by(json.dumps({"type": "start", "prompt": "x" * 2001}))) == 1007
+    assert asyncio.run(closed_by(json.dumps({"type": "played", "chunk": -1}))) == 1007
+    assert asyncio.run(closed_by(json.dumps({"type": "keys", "seq": 1, "keys": "ArrowLeft"}))) == 1007
+    assert asyncio.run(closed_by(b"\x00")) == 1003
+    assert asyncio.run(closed_by("[" * 50)) == 1007
+    assert asyncio.run(refused(clip_server.ws, "http://evil.example"))
+    assert asyncio.run(refused(clip_server.ws.split("?")[0] + "?token=wrong", clip_server.origin))
+
+    async def still_serves():
+        async with websockets.connect(clip_server.ws, origin=clip_server.origin) as ws:
+            return json.loads(await ws.recv())["type"]
+
+    assert asyncio.run(still_serves()) == "hello"
+
+
+def test_clip_play_bad_input_is_one_line_exit_2(clip_run, tmp_path):
+    model = clip_run / "run" / "model"
+    for args, what in ((["--context", "4"], "--context 4"), (["--model", tmp_path / "nothing"], "nothing")):
+        res = cli("clip", "play", "--model", model, "--no-open", "--port", "0", *args)
+        assert res.returncode == 2 and what in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_bench_clip_play_measures_key_to_visible_through_the_server(clip_run, instruct):
+    res = cli("bench", "clip-play", "--model", clip_run / "run" / "model", "--instruct", instruct / "model",
+              "--steps", 2, "--presses", 3, "--json", check=True)
+    r = json.loads(res.stdout)
+    assert len(r["samples_s"]) == 3 and all(s > 0 for s in r["samples_s"])
+    assert r["key_to_visible_s"]["max"] >= r["key_to_visible_s"]["median"] > 0
+    assert r["chunk_frames"] == 12 and r["euler_steps"] == 2
+
+
+@needs_browser
+def test_clip_play_in_chromium(clip_server, browser, tmp_path):
+    page = browser.new_page(viewport={"width": 900, "height": 980})
+    page.goto(clip_server.url)
+    page.wait_for_function("window.gamengen && window.gamengen.hello !== null", timeout=120_000)
+    assert page.input_value("#prompt").startswith("Summary:")  # the example prompt to start from
+    page.fill("#prompt", PROMPT)
+    page.click("#start")
+    page.wait_for_function("window.gamengen.chunk >= 1", timeout=120_000)
+    page.keyboard.down("ArrowLeft")
+    page.wait_for_function("window.gamengen.keyToVisible.length >= 1", timeout=120_000)
+    page.keyboard.up("ArrowLeft")
+    page.fill("#instruction", "Light: the lights go out.")
+    page.click("#apply")
+    page.wait_for_function("window.gamengen.instruction === 'Light: the lights go out.'", timeout=120_000)
+    g = page.evaluate("window.gamengen")
+    assert g["frames"] > 17 and g["errors"] == [] and g["closed"] is None
+    hud = page.inner_text("#hud")
+    assert re.search(r"chunk latency \d+ ms", hud) and re.search(r"key-to-visible \d+ ms", hud), hud
+    pixels = page.evaluate("(() => { const c = document.getElementById('view'); "
+                           "return Array.from(c.getContext('2d').getImageData(0, 0, c.width, c.height).data); })()")
+    assert np.asarray(pixels).reshape(-1, 4)[:, :3].std() > 0  # a picture, not a blank canvas
+    save_screenshot(page, tmp_path, "clip_play.png")
