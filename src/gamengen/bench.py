@@ -476,7 +476,7 @@ def bench_clip_play(model_dir, instruct_dir=None, prompt: str = "", presses: int
 
     model = ClipModel.from_pretrained(model_dir)
     instruct = None if instruct_dir is None else InstructModel.from_pretrained(instruct_dir, model)
-    cfg = ClipPlayConfig(steps=steps, guidance=guidance, context=context, seed=seed)
+    cfg = ClipPlayConfig(guidance=guidance, context=context, seed=seed, **({} if steps is None else {"steps": steps}))
     ClipWorld(model, instruct, cfg)  # a bad context fails before the server starts
     keymap = Keymap.for_env(model.meta.env_ids[0]) if model.meta.env_ids else Keymap({}, {})
     player = ClipPlayer(lambda: ClipWorld(model, instruct, cfg), keymap, "bench", prompt, fps=model.meta.fps)
@@ -535,7 +535,7 @@ def bench_clip_play(model_dir, instruct_dir=None, prompt: str = "", presses: int
     s = model.sampler
     return {"model": str(model_dir), "instruct": None if instruct_dir is None else str(instruct_dir),
             "machine": machine(), "threads": torch.get_num_threads(), "fps": fps,
-            "euler_steps": steps or s.steps, "guidance": s.guidance if guidance is None else guidance,
+            "euler_steps": cfg.steps, "guidance": s.guidance if guidance is None else guidance,
             "context_frames": context, "chunk_frames": res["hello"]["chunk_frames"], "presses": presses,
             "key_to_visible_s": {"median": float(np.median(k)), "p90": float(np.percentile(k, 90)), "max": float(k.max())},
             "chunk_generate_ms": float(np.median(res["generate_ms"])), "shown_fps": res["shown_fps"],

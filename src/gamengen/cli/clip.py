@@ -263,8 +263,9 @@ def play(
     model: Path = typer.Option(..., "--model", help="Clip model folder (`gamengen clip train`'s OUT/model)."),
     instruct: Optional[Path] = typer.Option(None, "--instruct", help="An InstructNet trained beside --model: keys and "
                                                                      "instructions steer each chunk (without it they do nothing)."),
-    steps: Optional[int] = typer.Option(None, help="Euler steps per chunk (default: the model's)."),
-    guidance: Optional[float] = typer.Option(None, help="CFG weight on the text (default: the model's; 1 halves the work)."),
+    steps: Optional[int] = typer.Option(None, help="Euler steps per chunk (default 6; the first clip takes the model's)."),
+    guidance: Optional[float] = typer.Option(None, help="CFG weight on the text (default: the model's; 1 halves the "
+                                                         "work, but the world drifts from the prompt)."),
     context: int = typer.Option(5, help="Frames each chunk continues from (1 + 4k): more keep the scene, fewer give "
                                         "more new frames per chunk."),
     keymap: Optional[Path] = typer.Option(None, help="Keymap JSON (default: the model's game's own)."),
@@ -289,7 +290,7 @@ def play(
         from ..models.instruct_model import InstructModel
 
         net = InstructModel.from_pretrained(instruct, m)
-    cfg = ClipPlayConfig(steps=steps, guidance=guidance, context=context)
+    cfg = ClipPlayConfig(guidance=guidance, context=context, **({} if steps is None else {"steps": steps}))
     ClipWorld(m, net, cfg)  # a bad --context fails here, before the server starts
     if keymap is not None:
         km = Keymap.load(keymap)
@@ -297,7 +298,7 @@ def play(
         km = Keymap.for_env(m.meta.env_ids[0])
     else:  # clips curated from video files: no game, no keys to steer by
         km = Keymap({}, {}, "this model's clips came from videos: no keys")
-    info = {"model": model.name, "steps": cfg.steps or m.sampler.steps,
+    info = {"model": model.name, "steps per chunk": cfg.steps,
             "guidance": m.sampler.guidance if guidance is None else guidance, "context": context}
     player = ClipPlayer(lambda: ClipWorld(m, net, cfg), km, f"clip play: {model}", EXAMPLE_PROMPT, info,
                         m.meta.fps)

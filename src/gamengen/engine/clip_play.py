@@ -27,8 +27,13 @@ from .clip import Steering, context_frames_used, continue_clip, generate
 
 @dataclass
 class ClipPlayConfig:
-    steps: int | None = None  # Euler steps per chunk (None: the model's sampler)
-    guidance: float | None = None  # CFG weight on the text (None: the model's; 1 runs one branch, half the work)
+    # Euler steps per continuation chunk. Fewer than the model's 20 because a chunk is waited for:
+    # with CFG and 5 clean context frames, 6 steps keep the scene about as 20 do (docs/gamegen_x.md,
+    # "Clip play"), in a third of the time. None: the model's sampler.
+    steps: int | None = 6
+    start_steps: int | None = None  # Euler steps of the first clip, from text alone (None: the model's)
+    guidance: float | None = None  # CFG weight on the text (None: the model's; 1 runs one branch, half the work,
+    #                                but the world then drifts from the prompt)
     context: int = 5  # frames held clean per chunk, 1 + 4k: more keeps the scene, fewer makes more new frames
     seed: int = 0
 
@@ -45,6 +50,7 @@ class ClipWorld:
             raise UserError(f"--context {c.context}: a chunk holds 1 + {r}k frames clean and generates at least one "
                             f"latent frame", f"pass one of {fits}")
         self.prompt: str | None = None
+        self.seed = c.seed
         self.chunk = 0  # chunks made since the last start
         self.tail: np.ndarray | None = None  # (context, H, W, 3) uint8: the last frames made
 
@@ -62,7 +68,7 @@ class ClipWorld:
         """A new world from text: uint8 (F, H, W, 3). A UserError for an empty or over-long prompt."""
         c = self.config
         seed = c.seed if seed is None else seed
-        frames = generate(self.model, prompt, seed, c.steps, c.guidance, on_step=on_step)
+        frames = generate(self.model, prompt, seed, c.start_steps, c.guidance, on_step=on_step)
         self.prompt, self.seed, self.chunk, self.tail = prompt, seed, 1, frames[-c.context:]
         return frames
 

@@ -96,6 +96,12 @@ class Job:
     steps_done: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
 
+    def begin(self) -> None:
+        """On the compute thread: the time spent queued behind other sessions is not this chunk's."""
+        if self.stop.is_set():  # the player changed their mind while it was queued
+            raise Abandoned()
+        self.started = time.perf_counter()
+
     def step(self) -> None:
         if self.stop.is_set():
             raise Abandoned()
@@ -197,7 +203,7 @@ class ClipSessions:
 
     @staticmethod
     def steps(world: ClipWorld) -> int:
-        return world.config.steps or world.model.sampler.steps
+        return world.config.steps or world.model.sampler.steps  # of a chunk; a start is never begun again
 
     def next_job(self, world: ClipWorld, state: State, loop):
         """Begin the next chunk if one is due: a new world, or the chunk after the one playing."""
@@ -213,14 +219,12 @@ class ClipSessions:
 
     @staticmethod
     def run_start(world: ClipWorld, start: dict, job: Job):
-        job.steps_done = 0
+        job.begin()
         return world.start(start["prompt"], start["seed"], on_step=job.step)
 
     @staticmethod
     def run_chunk(world: ClipWorld, job: Job):
-        if job.stop.is_set():  # queued behind other sessions while the player changed their mind
-            raise Abandoned()
-        job.started = time.perf_counter()  # the time spent waiting for the compute thread is not this chunk's
+        job.begin()
         return world.next_chunk(job.keys, job.instruction, on_step=job.step)
 
     async def finish(self, ws, state: State, job: Job, future) -> None:
