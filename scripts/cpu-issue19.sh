@@ -8,8 +8,9 @@
 #   scripts/cpu-issue19.sh instruct    # InstructNet beside MODEL (default models/clip-doom) on every
 #                                      # curated game, Canny and flow prompts, MINUTES (default 55), bf16;
 #                                      # in runs/instruct19 (prompt latents are encoded once, ~4 min a game)
-#   scripts/cpu-issue19.sh eval        # SR-C of runs/instruct19/model on data/heldout, CONTEXTS (default 4)
-#                                      # per game, into runs/instruct19-control
+#   scripts/cpu-issue19.sh eval        # SR-C and SR-E of $RUN/model on data/heldout, CONTEXTS (default 4)
+#                                      # per game, into $RUN-control; JUDGE=DIR (an earlier `clip eval`'s
+#                                      # --out) adds SR-E for the summons its classifier knows
 #
 # GG (default .venv/bin/gamengen), MODEL and RUN (default runs/instruct19) may be set.
 set -euo pipefail
@@ -34,7 +35,7 @@ case "${1:?usage: scripts/cpu-issue19.sh heldout|instruct|eval}" in
   eval)
     stores=(); for g in "${HELDOUT[@]}"; do read -r target _ <<<"$g"; stores+=(--data "data/heldout/${target//\//-}"); done
     OMP_NUM_THREADS=1 $GG clip eval-control --model "$MODEL" --instruct "$RUN/model" "${stores[@]}" \
-      --out "$RUN-control" --contexts "${CONTEXTS:-4}"
+      --out "$RUN-control" --contexts "${CONTEXTS:-4}" ${JUDGE:+--classifier "$JUDGE"}
     ;;
   *) echo "unknown stage $1 (heldout, instruct or eval)" >&2; exit 2 ;;
 esac

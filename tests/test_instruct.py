@@ -283,3 +283,32 @@ def test_bench_clip_times_a_steered_continuation(clip_run, instruct):
     plain = cli("bench", "clip", "--model", clip_run / "run" / "model", "--prompt", "the cursor moves", "--repeats", 1,
                 "--steps", 2, "--json", check=True)
     assert json.loads(plain.stdout)["steered_continuation_s"] is None
+
+
+def test_sr_e_judges_a_summon_by_the_object_coming_into_view():
+    """The summon rule: the judge's object must be out of view on the last context frame and in view
+    on one of the last four; events no rule reads (items, weapons) are not judged."""
+    from gamengen.envs.vizdoom_env import DOOM_EVENTS
+    from gamengen.eval.control import event_rule
+
+    class Judge:  # `clip eval`'s classifier, reduced to its per-frame answer
+        objects = [("zombieman", "monsters"), ("imp", "monsters"), ("medikit", "items")]
+
+        def __init__(self, imp: list[float]):
+            self.imp = imp
+
+        def object_probs(self, frames):
+            p = np.zeros((len(frames), 3))
+            p[:, 1] = self.imp
+            return p
+
+    by_name = {e.name: e for e in DOOM_EVENTS}
+    frames, used = np.zeros((9, 4, 4, 3), np.uint8), 5
+    comes = [0.1] * 5 + [0.2, 0.3, 0.9, 0.4]
+    assert event_rule(by_name["summon_imp"], Judge(comes))(frames, used)
+    assert not event_rule(by_name["summon_imp"], Judge([0.9] * 9))(frames, used)  # in view already
+    assert not event_rule(by_name["summon_imp"], Judge([0.1] * 9))(frames, used)  # never came
+    assert event_rule(by_name["summon_cacodemon"], Judge(comes)) is None  # the judge does not know it
+    assert event_rule(by_name["summon_imp"]) is None  # no judge given
+    assert event_rule(by_name["give_armor"], Judge(comes)) is None and event_rule(by_name["weapon_shotgun"]) is None
+    assert event_rule(by_name["berserk"]) is not None  # picture events need no judge

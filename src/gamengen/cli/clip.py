@@ -357,24 +357,34 @@ def eval_control(
     seed: int = typer.Option(0),
     steps: Optional[int] = typer.Option(None),
     guidance: Optional[float] = typer.Option(None),
+    classifier: Optional[Path] = typer.Option(None, "--classifier", help="The judge of an earlier `clip eval` (its "
+                                                                         "--out folder): SR-E for the summons it knows."),
 ):
     """Character-control success (SR-C) against the real game: each context continued under each key,
-    its flow's camera label against the real game's under the same key from the same state."""
+    its flow's camera label against the real game's under the same key from the same state; and
+    environment-control success (SR-E) for the events a rule can see."""
     import shlex
     import sys
 
-    from ..eval.control import PICTURE_EVENTS, ControlEvalConfig, evaluate_control, evaluate_events, write_report
+    from ..data.store import Store
+    from ..eval.control import ControlEvalConfig, evaluate_control, evaluate_events, event_rule, write_report
     from ..models.clip_model import ClipModel
     from ..models.instruct_model import InstructModel
 
     _check_new_folder(out)
     m = ClipModel.from_pretrained(model)
     net = InstructModel.from_pretrained(instruct, m)
+    judge = None
+    if classifier is not None:
+        from ..eval.clip_classifier import ClipClassifier
+
+        judge = ClipClassifier.load(classifier)  # a UserError for a folder without one
     cfg = ControlEvalConfig(contexts, tuple(keys), context_latents, seed, steps, guidance)
     with progress_bar("SR-C cases (keys a game lacks are skipped)", contexts * len(data) * len(keys)) as advance:
         res, strips = evaluate_control(m, net, list(data), cfg, report=advance)
-    with progress_bar("SR-E cases", contexts * len(data) * len(PICTURE_EVENTS)) as advance:
-        res.events = evaluate_events(m, net, list(data), cfg, report=advance)
+    events = sum(event_rule(e, judge) is not None for d in data for e in Store.open(d).spec.events)
+    with progress_bar("SR-E cases", contexts * events) as advance:
+        res.events = evaluate_events(m, net, list(data), cfg, report=advance, classifier=judge)
     s = write_report(out, res, strips, "gamengen " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     fmt = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
     c, e = s["sr_c"], s["sr_e"]

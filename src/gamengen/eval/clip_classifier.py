@@ -208,6 +208,13 @@ class ClipClassifier:
         probs = torch.softmax(g[0], -1).numpy()
         return Prediction(int(probs.argmax()), probs, torch.sigmoid(o[0]).numpy())
 
+    @torch.inference_mode()
+    def object_probs(self, frames: np.ndarray) -> np.ndarray:
+        """uint8 (F, H, W, 3) -> (F, K): the probability each vocabulary object is in view of each frame."""
+        self.net.eval()
+        _, obj = self.net(_to_input(shrink(np.asarray(frames), self.size)))  # (F, K)
+        return torch.sigmoid(obj).numpy()
+
     def save(self, folder: str | Path) -> None:
         from safetensors.torch import save as save_tensors
 

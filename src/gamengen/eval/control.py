@@ -236,9 +236,11 @@ def through_codec(model, frames: np.ndarray) -> np.ndarray:
 
 
 # SR-E's events: those whose effect shows in the picture's mean colour (data/captions.picture_effect),
-# so a rule on pixels can tell, as on the real game's frames. Summons, items and weapons need a
-# classifier of objects in view: not measured yet.
+# so a rule on pixels can tell, as on the real game's frames; and, given `clip eval`'s judge, the
+# summons of objects it knows (``appears``). Items and weapons given change game variables, which
+# no picture rule or judge here reads: not measured.
 PICTURE_EVENTS = ("light_amp", "lights_dim", "lights_bright", "radiation_suit", "berserk", "invulnerability")
+APPEARS = 0.5  # the judge's probability from which an object counts as in view
 
 
 @dataclass
@@ -271,8 +273,32 @@ def shows(effect: str, frames: np.ndarray, used: int) -> bool:
     return bool(picture_effect(effect, mean_rgb(frames[used - 1]), mean_rgb(frames[-4:]).mean(0)))
 
 
-def evaluate_events(model, instruct, stores: list, cfg: ControlEvalConfig, report=lambda n: None) -> list[EventCase]:
-    """SR-E for PICTURE_EVENTS on stores recorded with --events: each context continued with each event's
+def appears(classifier, k: int, frames: np.ndarray, used: int) -> bool:
+    """The object rule on a chunk: the judge sees vocabulary object ``k`` in one of the last four
+    frames and not in the last context frame: it came into view."""
+    p = classifier.object_probs(frames)[:, k]  # (F,)
+    return bool(p[-4:].max() >= APPEARS and p[used - 1] < APPEARS)
+
+
+def event_rule(event, classifier=None):
+    """``rule(frames, used) -> bool`` that tells whether ``event`` shows in a chunk, or None when
+    nothing here can: a picture event's colour rule, or a summon the judge ``classifier`` knows."""
+    from ..data.captions import MONSTERS
+
+    if event.name in PICTURE_EVENTS:
+        return lambda frames, used: shows(event.effect, frames, used)
+    kind, _, label = event.effect.partition(":")
+    names = [name for name, _ in classifier.objects] if classifier is not None else []
+    if kind == "label" and MONSTERS.get(label) in names:
+        k = names.index(MONSTERS[label])
+        return lambda frames, used: appears(classifier, k, frames, used)
+    return None
+
+
+def evaluate_events(model, instruct, stores: list, cfg: ControlEvalConfig, report=lambda n: None,
+                    classifier=None) -> list[EventCase]:
+    """SR-E on stores recorded with --events, for each event an ``event_rule`` can judge (with
+    ``classifier``, `clip eval`'s judge, the summons too): each context continued with each event's
     instruction; the real game replayed there, the event fired, then no key held."""
     from ..data.store import Store
     from ..engine.clip import Steering, continue_clip
@@ -284,23 +310,22 @@ def evaluate_events(model, instruct, stores: list, cfg: ControlEvalConfig, repor
         store = Store.open(path)
         spec = store.spec
         names = [e.name for e in spec.events]
-        events = [spec.events[names.index(n)] for n in PICTURE_EVENTS if n in names]
+        events = [(ev, rule) for ev in spec.events if (rule := event_rule(ev, classifier)) is not None]
         if not events:
             continue
         env = _env(spec)
         noop = spec.action_set.names.index("NOOP") if "NOOP" in spec.action_set.names else 0
         try:
             for c in contexts(model, store, cfg, rng, used, gen):
-                for ev in events:
+                for ev, rule in events:
                     _, diverged = replay(env, c.env_seed, c.actions, c.frames[-1])
                     env.fire_event(names.index(ev.name))
                     real = np.concatenate([c.frames, hold(env, noop, gen, c.frames[-1])[1:]])
                     steered = continue_clip(model, c.frames, c.prompt, cfg.seed, cfg.steps, cfg.guidance,
                                             steer=Steering(instruct, instruction=event_instruction(ev)))
                     recon = through_codec(model, real)
-                    cases.append(EventCase(spec.env_id, c.episode, c.t, ev.name, shows(ev.effect, real, used),
-                                           shows(ev.effect, steered, used), shows(ev.effect, c.base, used),
-                                           shows(ev.effect, recon, used), diverged))
+                    cases.append(EventCase(spec.env_id, c.episode, c.t, ev.name, rule(real, used), rule(steered, used),
+                                           rule(c.base, used), rule(recon, used), diverged))
                     report(1)
         finally:
             env.close()
@@ -349,8 +374,10 @@ def write_report(out, res: ControlResult, strips: dict, command: str) -> dict:
              "against the real game's under the same key from the same state (replayed). A case is scored when the "
              "real game moved clearly (pan left/right, forward, backward); success: the generated chunk's mean flow goes the same way (its direction however small: decoded clips are smoother than the game).", "",
              "**SR-E**: each context continued with an event's instruction; the real game replayed there and the "
-             "event fired. A case is scored when the picture rule (mean brightness or tint, last context frame "
-             "against the last four frames) sees the event in the real game; success: it sees it in the clip.", "",
+             "event fired. A case is scored when the event's rule sees it in the real game; success: it sees it in "
+             "the clip. Lighting and tint events: the picture rule (mean brightness or tint, last context frame "
+             "against the last four frames). Summons, with `--classifier`: the judge of `clip eval` sees the "
+             f"monster (probability >= {APPEARS}) in one of the last four frames and not in the last context frame.", "",
              "| | SR-C | SR-E |", "|---|---|---|",
              f"| InstructNet (with the key's or event's instruction) | {fmt(sr_c['steered'])} | {fmt(sr_e['steered'])} |",
              f"| base without InstructNet (ablation) | {fmt(sr_c['base'])} | {fmt(sr_e['base'])} |",
@@ -366,7 +393,9 @@ def write_report(out, res: ControlResult, strips: dict, command: str) -> dict:
     lines += ["", f"{summary['cases']} key cases, {summary['unclear_real_motion']} with no clear motion in the real game "
               f"(not scored); {summary['event_cases']} event cases, {summary['event_not_seen_in_real_game']} whose event "
               f"the rule does not see in the real game (not scored); {summary['diverged']} replays diverged (not "
-              "scored). Summons, items and weapons are not measured: they need a classifier of objects in view.", ""]
+              "scored). Items and weapons given are not measured: they change game variables, which no rule here "
+              "reads" + ("" if any(c.event.startswith("summon") for c in res.events) else
+                         "; summons need `--classifier`") + ".", ""]
 
     def write(tmp: Path) -> None:
         (tmp / "strips").mkdir(parents=True)
