@@ -55,10 +55,12 @@ def test_a_world_starts_from_text_and_each_chunk_continues_under_the_keys_held(c
             await ws.send(json.dumps({"type": "start", "prompt": "  ", "seed": 3}))
             error = json.loads(await ws.recv())  # the socket stays open: the player fixes the prompt
             await ws.send(json.dumps({"type": "start", "prompt": PROMPT, "seed": 3}))
+            # keys held while the first clip is made: it is made from text alone, and they steer chunk 1
+            await ws.send(json.dumps({"type": "keys", "seq": 1, "keys": ["ArrowRight"]}))
             chunks = [await next_chunk(ws)]
             await ws.send(json.dumps({"type": "played", "chunk": 0}))
             chunks.append(await next_chunk(ws))
-            await ws.send(json.dumps({"type": "keys", "seq": 1, "keys": ["ArrowLeft", "KeyQ"]}))
+            await ws.send(json.dumps({"type": "keys", "seq": 2, "keys": ["ArrowLeft", "KeyQ"]}))
             await ws.send(json.dumps({"type": "instruction", "text": "Light: the lights go out."}))
             await ws.send(json.dumps({"type": "played", "chunk": 1}))
             chunks.append(await next_chunk(ws))
@@ -72,11 +74,11 @@ def test_a_world_starts_from_text_and_each_chunk_continues_under_the_keys_held(c
     assert error == {"type": "error", "message": "the prompt is empty (fix: write what should happen)"}
     (h0, f0), (h1, f1), (h2, f2) = chunks
     assert [h["chunk"] for h in (h0, h1, h2)] == [0, 1, 2]
-    assert (h1["keys"], h1["instruction"]) == ([], None)
+    assert (h1["keys"], h1["keys_seq"], h1["instruction"]) == (["RIGHT"], 1, None)
     # KeyQ presses nothing; ArrowLeft is the toy game's LEFT
-    assert (h2["keys"], h2["keys_seq"], h2["instruction"]) == (["LEFT"], 1, "Light: the lights go out.")
+    assert (h2["keys"], h2["keys_seq"], h2["instruction"]) == (["LEFT"], 2, "Light: the lights go out.")
     # the same world in this process, from the engine: what the server sent, up to JPEG
-    expected = [w.start(PROMPT, 3), w.next_chunk(), w.next_chunk(("LEFT",), "Light: the lights go out.")]
+    expected = [w.start(PROMPT, 3), w.next_chunk(("RIGHT",)), w.next_chunk(("LEFT",), "Light: the lights go out.")]
     for got, want in zip((f0, f1, f2), expected):
         assert got.shape == want.shape and np.abs(got.astype(int) - want).mean() < 6
 

@@ -92,6 +92,7 @@ class Job:
     keys: tuple[str, ...]
     keys_seq: int
     instruction: str | None
+    is_start: bool = False  # a world's first clip: text-to-clip, not steered, never begun again for keys
     started: float = field(default_factory=time.perf_counter)
     steps_done: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
@@ -193,7 +194,8 @@ class ClipSessions:
             if keys != state.keys:
                 state.keys = keys
                 # A chunk less than half made under other keys is begun again under these (module doc).
-                if job is not None and job.keys != keys and state.start is None and job.steps_done * 2 < self.steps(world):
+                if (job is not None and not job.is_start and job.keys != keys and state.start is None
+                        and job.steps_done * 2 < self.steps(world)):
                     job.stop.set()
             state.keys_seq = max(state.keys_seq, m["seq"])
         elif kind == "instruction":
@@ -203,12 +205,12 @@ class ClipSessions:
 
     @staticmethod
     def steps(world: ClipWorld) -> int:
-        return world.config.steps or world.model.sampler.steps  # of a chunk; a start is never begun again
+        return world.config.steps or world.model.sampler.steps  # of a chunk
 
     def next_job(self, world: ClipWorld, state: State, loop):
         """Begin the next chunk if one is due: a new world, or the chunk after the one playing."""
         if state.start is not None:
-            job = Job((), state.keys_seq, None)
+            job = Job((), state.keys_seq, None, is_start=True)
             start, state.start = state.start, None
             state.started, state.sent, state.played = False, -1, -1
             return job, loop.run_in_executor(self.compute, self.run_start, world, start, job)
