@@ -182,3 +182,28 @@ def test_clip_play_in_chromium(clip_server, browser, tmp_path):
                            "return Array.from(c.getContext('2d').getImageData(0, 0, c.width, c.height).data); })()")
     assert np.asarray(pixels).reshape(-1, 4)[:, :3].std() > 0  # a picture, not a blank canvas
     save_screenshot(page, tmp_path, "clip_play.png")
+
+
+def test_the_bundled_instructnet_steers_the_bundled_clip_model():
+    """models/instructnet-doom loads beside models/clip-doom (its base by digest), reads the ViZDoom
+    keymap's buttons, and a held key changes the next chunk; with no control the chunk is the base's."""
+    from pathlib import Path
+
+    from gamengen.cli.clip import EXAMPLE_PROMPT
+    from gamengen.engine.clip_play import ClipPlayConfig, ClipWorld
+    from gamengen.models.clip_model import ClipModel
+    from gamengen.models.instruct_model import InstructModel
+    from gamengen.play.keymap import Keymap
+
+    models = Path(__file__).resolve().parents[1] / "models"
+    base = ClipModel.from_pretrained(models / "clip-doom")
+    net = InstructModel.from_pretrained(models / "instructnet-doom", base)
+    keymap = Keymap.for_env(base.meta.env_ids[0])
+    assert set(keymap.keys.values()) - {"USE"} <= set(net.meta.key_names)  # every mapped button steers
+    chunks = {}
+    for name, instruct, keys in (("base", None, ()), ("attached", net, ()), ("left", net, ("TURN_LEFT",))):
+        w = ClipWorld(base, instruct, ClipPlayConfig(steps=2, start_steps=2))
+        w.start(EXAMPLE_PROMPT, 0)
+        chunks[name] = w.next_chunk(keys)
+    assert np.array_equal(chunks["base"], chunks["attached"])  # attached and no control: the base unchanged
+    assert np.abs(chunks["left"].astype(int) - chunks["base"]).mean() > 0.5
