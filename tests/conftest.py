@@ -59,22 +59,46 @@ TOY_AE = ["train-ae", "--preset", "tiny", "--steps", "300", "--decoder-steps", "
           "--checkpoint-every", "25", "--keep-checkpoints", "20"]
 
 
+def shared_temp(tmp_path_factory) -> Path:
+    """This test run's temp folder that every xdist worker sees (each worker's own is one level down)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def built_once(folder: Path, build) -> Path:
+    """`folder`, made by `build(folder)` once per test run rather than once per xdist worker: the first
+    worker to need it builds it under a file lock while the other waits, then both use it. Tests only
+    read these folders (they copy what they change), which is what makes sharing them safe."""
+    from filelock import FileLock
+
+    done = folder.parent / f".{folder.name}.built"
+    with FileLock(str(folder.parent / f".{folder.name}.lock")):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # what a failed build in the other worker left
+            build(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def toy(tmp_path_factory):
     """A 32x32 toy-game store and a tiny AE trained on it, shared by the tests."""
-    root = tmp_path_factory.mktemp("wm")
-    cli("record", "--env", "toy:cursor", "--resolution", "32x32", "--steps", "4000", "--seed", "1",
-        "--out", root / "store", check=True)
-    cli(*TOY_AE, "--data", root / "store", "--out", root / "ae", check=True)
-    return root
+    def build(root: Path) -> None:
+        cli("record", "--env", "toy:cursor", "--resolution", "32x32", "--steps", "4000", "--seed", "1",
+            "--out", root / "store", check=True)
+        cli(*TOY_AE, "--data", root / "store", "--out", root / "ae", check=True)
+
+    return built_once(shared_temp(tmp_path_factory) / "wm", build)
 
 
 @pytest.fixture(scope="session")
 def toy_model(toy):
     """The tiny world model of the Done-when: 600 steps through `gamengen train`."""
-    cli("train", "--data", toy / "store", "--ae", toy / "ae", "--out", toy / "run", "--preset", "tiny",
-        "--checkpoint-every", "10", "--sample-every", "300", "--steps", "600", check=True)
-    return toy / "run" / "model"
+    def build(run: Path) -> None:
+        cli("train", "--data", toy / "store", "--ae", toy / "ae", "--out", run, "--preset", "tiny",
+            "--checkpoint-every", "10", "--sample-every", "300", "--steps", "600", check=True)
+
+    return built_once(toy / "run", build) / "model"
 
 
 os.environ.setdefault("PYTHONUNBUFFERED", "1")
@@ -135,19 +159,20 @@ def clip_run(tmp_path_factory) -> Path:
     """A store, its clip dataset, a 2D AE, a codec (`clip train-vae`) and a clip model (`clip train`)."""
     from gamengen.train.autoencoder import AETrainConfig, train_autoencoder
 
-    root = tmp_path_factory.mktemp("clip")
-    cli("record", "--env", "toy:cursor", "--resolution", "32x32", "--steps", "1500", "--seed", "1",
-        "--out", root / "store", check=True)
-    cli("curate", "--from", root / "store", "--out", root / "clips", "--min-seconds", "2", "--min-motion", "0",
-        "--max-windows", "3", check=True)
-    train_autoencoder(root / "store", root / "ae", AETrainConfig(preset="tiny", steps=60, decoder_steps=0,
-                                                                 batch_size=16, learning_rate=3e-3), warn=print)
-    cli("clip", "train-vae", "--data", root / "store", "--ae", root / "ae", "--out", root / "vae", "--preset", "tiny",
-        "--steps", "20", "--batch-size", "4", "--learning-rate", "3e-3", check=True)
-    res = cli("clip", "train", "--data", root / "clips", "--codec", root / "vae" / "model", "--out", root / "run",
-              "--preset", "tiny", "--steps", CLIP_STEPS, "--checkpoint-every", "20", check=True)
-    assert f"step {CLIP_STEPS}" in res.stdout, res.stdout
-    return root
+    def build(root: Path) -> None:
+        cli("record", "--env", "toy:cursor", "--resolution", "32x32", "--steps", "1500", "--seed", "1",
+            "--out", root / "store", check=True)
+        cli("curate", "--from", root / "store", "--out", root / "clips", "--min-seconds", "2", "--min-motion", "0",
+            "--max-windows", "3", check=True)
+        train_autoencoder(root / "store", root / "ae", AETrainConfig(preset="tiny", steps=60, decoder_steps=0,
+                                                                     batch_size=16, learning_rate=3e-3), warn=print)
+        cli("clip", "train-vae", "--data", root / "store", "--ae", root / "ae", "--out", root / "vae", "--preset", "tiny",
+            "--steps", "20", "--batch-size", "4", "--learning-rate", "3e-3", check=True)
+        res = cli("clip", "train", "--data", root / "clips", "--codec", root / "vae" / "model", "--out", root / "run",
+                  "--preset", "tiny", "--steps", CLIP_STEPS, "--checkpoint-every", "20", check=True)
+        assert f"step {CLIP_STEPS}" in res.stdout, res.stdout
+
+    return built_once(shared_temp(tmp_path_factory) / "clip", build)
 
 
 DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
@@ -165,11 +190,13 @@ INSTRUCT_STEPS = 12  # the InstructNet's training steps in instruct
 @pytest.fixture(scope="session")
 def instruct(clip_run) -> Path:
     """An InstructNet trained INSTRUCT_STEPS steps beside clip_run's model, with Canny prompts."""
-    out = clip_run / "instruct"
-    res = cli("clip", "train-instruct", "--model", clip_run / "run" / "model", "--data", clip_run / "clips", "--out", out,
-              "--steps", INSTRUCT_STEPS, "--batch-size", 4, "--checkpoint-every", 5, "--prompt-kind", "canny", check=True)
-    assert f"step {INSTRUCT_STEPS}" in res.stdout, res.stdout
-    return out
+    def build(out: Path) -> None:
+        res = cli("clip", "train-instruct", "--model", clip_run / "run" / "model", "--data", clip_run / "clips",
+                  "--out", out, "--steps", INSTRUCT_STEPS, "--batch-size", 4, "--checkpoint-every", 5,
+                  "--prompt-kind", "canny", check=True)
+        assert f"step {INSTRUCT_STEPS}" in res.stdout, res.stdout
+
+    return built_once(clip_run / "instruct", build)
 
 
 @pytest.fixture

@@ -119,7 +119,7 @@ def test_the_draws_follow_the_stage_2_recipe():
     assert all(d.instruction == (d.mode != "none") for d in plain)
 
 
-def test_train_instruct_writes_an_instructnet_that_fits_only_its_base(clip_run, instruct):
+def test_train_instruct_writes_an_instructnet_that_fits_only_its_base(clip_run, instruct, tmp_path):
     from gamengen.models.clip_model import ClipModel
     from gamengen.models.instruct_model import InstructModel
 
@@ -131,7 +131,7 @@ def test_train_instruct_writes_an_instructnet_that_fits_only_its_base(clip_run, 
     assert any((instruct / "cache").glob("canny-*.npy"))  # the prompt latents, encoded once
     injected = m.net.layers[0].out.weight
     assert injected.abs().sum() > 0  # it learned something from its zero start
-    other = clip_run / "other-base"
+    other = tmp_path / "other-base"  # never under clip_run: the other worker reads it
     shutil.copytree(clip_run / "run" / "model", other)
     changed = ClipModel.from_pretrained(other)
     changed.net.proj_out.bias.data += 1e-3

@@ -478,7 +478,7 @@ def bench_clip_play(model_dir, instruct_dir=None, prompt: str = "", presses: int
     instruct = None if instruct_dir is None else InstructModel.from_pretrained(instruct_dir, model)
     cfg = ClipPlayConfig(guidance=guidance, context=context, seed=seed, **({} if steps is None else {"steps": steps}))
     ClipWorld(model, instruct, cfg)  # a bad context fails before the server starts
-    keymap = Keymap.for_env(model.meta.env_ids[0]) if model.meta.env_ids else Keymap({}, {})
+    keymap = Keymap.for_clips(model.meta.env_ids)
     player = ClipPlayer(lambda: ClipWorld(model, instruct, cfg), keymap, "bench", prompt, fps=model.meta.fps)
     config = ServerConfig(port=0)
     rng = np.random.default_rng(seed)

@@ -292,17 +292,12 @@ def play(
         net = InstructModel.from_pretrained(instruct, m)
     cfg = ClipPlayConfig(guidance=guidance, context=context, **({} if steps is None else {"steps": steps}))
     ClipWorld(m, net, cfg)  # a bad --context fails here, before the server starts
-    if keymap is not None:
-        km = Keymap.load(keymap)
-    elif m.meta.env_ids:
-        km = Keymap.for_env(m.meta.env_ids[0])
-    else:  # clips curated from video files: no game, no keys to steer by
-        km = Keymap({}, {}, "this model's clips came from videos: no keys")
+    km = Keymap.for_clips(m.meta.env_ids, keymap)
     info = {"model": model.name, "steps per chunk": cfg.steps,
             "guidance": m.sampler.guidance if guidance is None else guidance, "context": context}
     player = ClipPlayer(lambda: ClipWorld(m, net, cfg), km, f"clip play: {model}", EXAMPLE_PROMPT, info,
                         m.meta.fps)
-    run_server(None, config, open_browser, make_app=lambda p: create_clip_app(player, config, p))
+    run_server(lambda p: create_clip_app(player, config, p), config, open_browser)
 
 
 @clip_app.command("eval")

@@ -137,9 +137,9 @@ class _BundledModel:
 BUNDLED_MODEL = _BundledModel()
 
 
-def run_server(player, config, open_browser: bool, make_app=None) -> None:
-    """Serve ``player`` (play's app, or ``make_app(port)``'s) until Ctrl-C, printing its URL."""
-    from ..play.server import create_app, serve_app
+def run_server(make_app, config, open_browser: bool) -> None:
+    """Serve ``make_app(port)`` (play's ``create_app`` or clip play's) until Ctrl-C, printing its URL."""
+    from ..play.server import serve_app
 
     def ready(url: str) -> None:
         typer.echo(f"gamengen player: {url}")
@@ -151,7 +151,7 @@ def run_server(player, config, open_browser: bool, make_app=None) -> None:
 
             webbrowser.open(url)
 
-    serve_app(make_app or (lambda port: create_app(player, config, port)), config, ready)
+    serve_app(make_app, config, ready)
 
 
 def record_config(env, policy, steps, episodes, seed, workers, resolution, frame_skip, automap, max_episode_steps,

@@ -27,7 +27,7 @@ def play(
     """Play a learned game in the browser: every frame comes from the diffusion model."""
     from ..engine.world import EngineConfig
     from ..play.players import neural_player
-    from ..play.server import ServerConfig
+    from ..play.server import ServerConfig, create_app
 
     config = ServerConfig(host=host, port=port, max_sessions=max_sessions, idle_timeout=idle_timeout)
     player = neural_player(model, ghost, keymap, EngineConfig(steps=steps, runtime=runtime))
@@ -36,7 +36,7 @@ def play(
 
         run_window(player, fps=player.fps)
         return
-    run_server(player, config, open_browser)
+    run_server(lambda p: create_app(player, config, p), config, open_browser)
 
 
 @app.command()

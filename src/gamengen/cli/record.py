@@ -40,12 +40,13 @@ def record(
             raise UserError("--labels and --events are not recorded in human play (the browser player)",
                             "drop them, or record with --policy random or scripted")
         from ..play.players import human_player
-        from ..play.server import ServerConfig
+        from ..play.server import ServerConfig, create_app
 
         h, w = parse_resolution(resolution)
         player, recording = human_player(env, out, h, w, seed, keymap)
+        config = ServerConfig(host=host, port=port, max_sessions=1)
         try:
-            run_server(player, ServerConfig(host=host, port=port, max_sessions=1), open_browser=True)
+            run_server(lambda p: create_app(player, config, p), config, open_browser=True)
         finally:
             recording.close()
             typer.echo(f"{out}: {recording.saved} episode(s) of your play saved")

@@ -44,7 +44,7 @@ class Steering:
         if self.instruction is None:
             instruction, mask = torch.zeros(1, 1, D), torch.ones(1, 1, dtype=torch.bool)
         else:
-            instruction, mask = model.text.encode([self.instruction])  # (1, Li, D); a UserError for a bad text
+            instruction, mask = model.encode_text(self.instruction)  # (1, Li, D); a UserError for a bad text
         prompt = torch.zeros(1, *model.latent_shape)
         if self.prompt is not None:
             if self.prompt.shape != (m.frames, m.height, m.width, 3) or self.prompt.dtype != np.uint8:
@@ -87,7 +87,7 @@ def _sample(model: ClipModel, prompt: str, seed: int, context: torch.Tensor | No
     if steps < 1 or guidance < 0 or shift <= 0:
         raise UserError(f"sampler steps {steps}, guidance {guidance}, shift {shift}",
                         "use steps >= 1, guidance >= 0 (1: no guidance), shift > 0")
-    hidden, mask = model.text.encode([prompt])  # (1, Lt, D), (1, Lt); a UserError for a bad prompt
+    hidden, mask = model.encode_text(prompt)  # (1, Lt, D), (1, Lt); a UserError for a bad prompt
     device = model.net.device
     meta = model.conditions(1)
     cond = {"encoder_hidden_states": hidden.to(device), "encoder_attention_mask": mask.to(device), **meta}

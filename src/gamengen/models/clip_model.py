@@ -83,6 +83,7 @@ class ClipModel:
     text: CaptionEncoder
     meta: ClipModelMeta
     sampler: ClipSampler = field(default_factory=ClipSampler)
+    _encoded: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         problem = _mismatch(self.net, self.codec, self.text, self.meta)
@@ -94,6 +95,16 @@ class ClipModel:
     def latent_shape(self) -> tuple[int, int, int, int]:
         """(L, C, h, w) of one clip's video latents."""
         return self.codec.latent_shape(self.meta.frames)
+
+    def encode_text(self, text: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """One caption through the frozen caption T5 -> hidden (1, L, D), mask (1, L); a UserError for a
+        bad text. The last few are kept: clip play reads the same prompt and instruction every chunk,
+        and the T5 is frozen once a clip model exists, so the answer cannot change."""
+        if text not in self._encoded:
+            if len(self._encoded) >= 8:
+                self._encoded.pop(next(iter(self._encoded)))
+            self._encoded[text] = self.text.encode([text])
+        return self._encoded[text]
 
     def conditions(self, batch: int, frames: int | None = None) -> dict[str, torch.Tensor]:
         """The MSDiT's metadata inputs for ``batch`` clips of this model (of ``frames`` video frames, 1 for

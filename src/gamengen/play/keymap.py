@@ -49,6 +49,16 @@ class Keymap:
             raise UserError(f"no keymap for '{env_id}'", "pass --keymap FILE.json (see src/gamengen/play/keymaps/)")
         return cls.load(KEYMAPS / f"{KIND_KEYMAP[kind]}.json")
 
+    @classmethod
+    def for_clips(cls, env_ids: list[str], path: Path | None = None) -> "Keymap":
+        """The keymap clip play steers a clip model with: ``path`` when given, else the keymap of the
+        first game its clips were recorded from; none for clips curated from video files."""
+        if path is not None:
+            return cls.load(path)
+        if env_ids:
+            return cls.for_env(env_ids[0])
+        return cls({}, {}, "this model's clips came from videos: no keys")
+
     def elements(self, codes: list[str]) -> frozenset[str]:
         """Held key codes -> the elements they press, modifiers applied."""
         held = set(codes)

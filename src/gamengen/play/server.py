@@ -266,6 +266,7 @@ def page_app(sessions, config: ServerConfig, port: int, page: str, title: str) -
     @app.get("/")
     async def index():
         html = (STATIC / page).read_text().replace("{{COMMON_JS}}", (STATIC / "common.js").read_text())
+        html = html.replace("{{COMMON_CSS}}", (STATIC / "common.css").read_text())
         return HTMLResponse(html.replace("{{TITLE}}", html_escape(title)))  # a model's folder name is not markup
 
     app.websocket("/ws")(sessions.connect)
