@@ -152,6 +152,24 @@ def test_a_run_in_pieces_equals_one_run(clip_run, instruct, tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_control_use_scores_each_control_under_the_same_draws(clip_run, instruct, tmp_path):
+    model = clip_run / "run" / "model"
+    res = cli("clip", "control-use", "--model", model, "--instruct", instruct / "model", "--batches", 2, "--json",
+              check=True)
+    rows = json.loads(res.stdout)["rows"]
+    assert rows["own"]["minus_own"] == 0
+    # 12 steps from a zero start: every control already moves the loss a little, and InstructNet the most.
+    assert rows["shuffled"]["loss"] != rows["own"]["loss"] != rows["none"]["loss"] != rows["base"]["loss"]
+    assert rows["keys only, shuffled"]["loss"] != rows["keys only, own"]["loss"]
+    assert rows["instruction only, shuffled"]["loss"] != rows["instruction only, own"]["loss"]
+    assert cli("clip", "control-use", "--model", model, "--instruct", instruct / "model", "--batches", 2, "--json",
+               check=True).stdout == res.stdout  # the same draws every time
+    for args, says in {("--cache", tmp_path / "none"): "no encoded clips",
+                       ("--batches", 1): "at least 2 batches"}.items():
+        bad = cli("clip", "control-use", "--model", model, "--instruct", instruct / "model", *args)
+        assert bad.returncode == 2 and says in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
 def test_bad_input_is_one_line_exit_2_and_nothing_written(clip_run, tmp_path):
     no_keys = tmp_path / "no-keys"  # clips without keys, as a video file's are
     shutil.copytree(clip_run / "clips", no_keys)

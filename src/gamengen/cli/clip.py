@@ -388,6 +388,44 @@ def eval_control(
                f"{e['scored']} (base {fmt(e['base'])}, codec {fmt(e['codec'])}); wrote {out}/report.md")
 
 
+
+@clip_app.command("control-use")
+def control_use(
+    model: Path = typer.Option(..., "--model", help="Clip model folder."),
+    instruct: Path = typer.Option(..., "--instruct", help="The InstructNet trained beside it (a run's OUT/model)."),
+    data: List[Path] = typer.Option([], "--data", help="The clip datasets it trained on (default: those its folder "
+                                                       "records); repeat it."),
+    cache: Optional[Path] = typer.Option(None, help="Encoded clips (default: the training run's cache beside "
+                                                    "--instruct; encoding every clip again takes long)."),
+    batches: int = typer.Option(16, help="Batches of 8 clips; each is scored under every row's controls."),
+    seed: int = typer.Option(0),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Does an InstructNet read its controls? Flow loss on its training clips with their own keys and
+    instruction, another clip's, none, and the base alone, under the same draws (minutes, not SR-C's
+    half hour)."""
+    import json
+
+    from ..eval.control_use import control_use as measure, table
+    from ..models.clip_model import ClipModel
+    from ..models.instruct_model import InstructModel
+
+    m = ClipModel.from_pretrained(model)
+    net = InstructModel.from_pretrained(instruct, m)
+    clips = list(data) or [Path(p) for p in net.meta.dataset.get("paths", [])]
+    if not clips:
+        raise UserError(f"{instruct} records no clip datasets", "pass --data, the clip datasets it trained on")
+    cache = cache or instruct.parent / "cache"
+    if not cache.is_dir():
+        raise UserError(f"no encoded clips in {cache}", "pass --cache RUN/cache of the InstructNet's training run")
+    res = measure(m, net, clips, cache, batches=batches, seed=seed)
+    if as_json:
+        typer.echo(json.dumps(res, indent=2))
+        return
+    typer.echo(f"{res['clips']} clips ({res['with_keys']} with keys), {batches} batches of {res['batch_size']}; "
+               f"InstructNet of {res['instruct_steps']} steps")
+    typer.echo(table(res))
+
 def parse_source(text: str) -> tuple[Path, str, int | None]:
     """STORE:EPISODE[:FRAME] -> (store, episode id, FRAME or None)."""
     parts = text.rsplit(":", 2)

@@ -190,6 +190,28 @@ def batch_inputs(draws: list[InstructDraw], data: InstructData, compression: int
             ControlInputs(**{k: to(v) for k, v in controls.as_kwargs().items()}))
 
 
+def clip_controls(sets: list[ClipDataset]) -> tuple[list[str], np.ndarray, np.ndarray, list[str]]:
+    """Every clip's controls: key names, keys (N, F, K), has keys (N,) and instruction captions; a UserError
+    when the clips cannot train an InstructNet."""
+    names, keys, has_keys = key_table(sets)
+    instructions = [ds.meta(i)["captions"].get("instruction") or "" for ds in sets for i in range(len(ds))]
+    if not all(instructions):
+        raise UserError("some clips have no instruction caption", "re-run `gamengen curate` with this gamengen")
+    return names, keys, has_keys, instructions
+
+
+def instruct_data(sets: list[ClipDataset], captions: list[str], controls, base: ClipModel, cache: Path, prompts,
+                  stage: Callable[[str], None] = lambda m: None) -> InstructData:
+    """Everything batches are made from; latents and caption features are encoded once by the base and
+    kept in ``cache``. ``controls``: clip_controls(sets)."""
+    _, keys, has_keys, instructions = controls
+    return InstructData(np.concatenate([cache_latents(d, base.codec, cache, stage) for d in sets]),
+                        [np.concatenate([cache_latents(d, base.codec, cache, stage, prompt=k) for d in sets])
+                         for k in prompts],
+                        keys, has_keys, cache_text(captions, base.text, cache, stage),
+                        cache_text(instructions, base.text, cache, stage))
+
+
 def _check_datasets(sets: list[ClipDataset], base: ClipModel, clips: list[Path]) -> None:
     m, ds = base.meta, sets[0]
     if (ds.clip_frames, ds.height, ds.width) != (m.frames, m.height, m.width) or abs(ds.fps - m.fps) > 1e-6:
@@ -207,22 +229,15 @@ def train_instruct(clips: list[str | Path], model: str | Path, out: str | Path, 
     base = ClipModel.from_pretrained(model)
     sets, captions = open_datasets(clips)
     _check_datasets(sets, base, clips)
-    names, keys, has_keys = key_table(sets)
-    instructions = [ds.meta(i)["captions"].get("instruction") or "" for ds in sets for i in range(len(ds))]
-    if not all(instructions):
-        raise UserError("some clips have no instruction caption", "re-run `gamengen curate` with this gamengen")
+    controls = clip_controls(sets)
+    names = controls[0]
     data_paths = [str(c.resolve()) for c in clips]
     run = RunFolder(out, {**dataclasses.asdict(cfg), "data": data_paths, "model": str(Path(model).resolve()),
                           "base": base_key(base)}, keep=cfg.keep_checkpoints,
                     upgrade=lambda old: old.setdefault("instructions", True)).open()  # runs begun before the ablation
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     base.net.to(device)
-    cache = out / "cache"
-    data = InstructData(np.concatenate([cache_latents(d, base.codec, cache, stage) for d in sets]),
-                        [np.concatenate([cache_latents(d, base.codec, cache, stage, prompt=k) for d in sets])
-                         for k in cfg.prompts],
-                        keys, has_keys, cache_text(captions, base.text, cache, stage),
-                        cache_text(instructions, base.text, cache, stage))
+    data = instruct_data(sets, captions, controls, base, out / "cache", cfg.prompts, stage)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
         net = InstructNet.from_base(base.net, names, cfg.layers)
@@ -244,7 +259,7 @@ def train_instruct(clips: list[str | Path], model: str | Path, out: str | Path, 
     done = run_steps(run, net, opt, done, losses, cfg.steps, step_loss, report, grad_clip=cfg.grad_clip,
                      checkpoint_every=cfg.checkpoint_every, max_minutes=cfg.max_minutes)
     net.eval().requires_grad_(False)
-    dataset = {"paths": data_paths, "clips": len(data.latents), "with_keys": int(has_keys.sum())}
+    dataset = {"paths": data_paths, "clips": len(data.latents), "with_keys": int(data.has_keys.sum())}
     meta = InstructMeta(base_key(base), str(Path(model)), names, list(cfg.prompts), done, dataset,
                         {"no_control": cfg.no_control, "recipe": cfg.recipe, "text_dropout": cfg.text_dropout,
                          "context_noise": cfg.context_noise, "instructions": cfg.instructions, "learning_rate": cfg.learning_rate,

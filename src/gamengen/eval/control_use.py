@@ -1,0 +1,102 @@
+"""`gamengen clip control-use`: does an InstructNet read its controls, or only add capacity?
+
+SR-C and SR-E (eval/control.py) say whether steering works, in about 25 minutes. This says why not,
+in about a minute: the stage-2 flow loss (§3.5, continuation, the GEN caption given) on the clips the
+InstructNet trained on, under the same draws (clip, context length, t, noise), with
+
+- own: each clip's own keys and instruction caption (keys where the clip recorded them);
+- shuffled: another clip's (the batch rolled by one), so a control that carries what the clip does
+  costs loss here;
+- none: no control at all;
+- keys only / instruction only: one of the two, own or shuffled;
+- base: the frozen clip model alone.
+
+``shuffled - own`` is what the controls carry; ``base - none`` is what InstructNet adds as extra
+capacity for continuation, controls aside. A gap near zero with a large ``base - none`` is an
+InstructNet that learned to continue better but not to be steered. These are the clips it trained on:
+a gap here is an upper bound on what held-out contexts can show.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..diffusion.flow import flow_loss
+from ..errors import UserError
+from ..models.clip_model import ClipModel
+from ..models.instruct_model import InstructModel
+from ..models.instructnet import controlled
+from ..train.clip import open_datasets
+from ..train.instruct import InstructTrainConfig, batch_inputs, clip_controls, draw_sample, instruct_data
+
+ROWS = ("own", "shuffled", "none", "keys only, own", "keys only, shuffled", "instruction only, own",
+        "instruction only, shuffled", "base")
+DRAW_STEP = 10**9  # the draws' step index: far from any training step's draws
+
+
+def control_use(model: ClipModel, instruct: InstructModel, clips: list[Path], cache: Path, batches: int = 16,
+                batch_size: int = 8, seed: int = 0) -> dict:
+    """Mean flow loss per row of ROWS over ``batches`` batches, with each row's paired difference from
+    ``own`` (mean and standard error over batches)."""
+    if batches < 2 or batch_size < 2:
+        raise UserError(f"{batches} batches of {batch_size}", "use at least 2 batches of at least 2 clips")
+    sets, captions = open_datasets(clips)
+    controls = clip_controls(sets)
+    if controls[0] != instruct.meta.key_names:
+        raise UserError(f"these clips' keys ({', '.join(controls[0])}) are not the InstructNet's "
+                        f"({', '.join(instruct.meta.key_names)})", "pass the clip datasets it trained on")
+    data = instruct_data(sets, captions, controls, model, cache, ())
+    cfg = InstructTrainConfig(prompts=(), seed=seed)
+    shape = tuple(data.latents.shape[1:])
+    cond = model.conditions(batch_size)
+    steered = controlled(model.net, instruct.net)
+    roll = torch.roll(torch.arange(batch_size), 1)
+    off = torch.zeros(batch_size, dtype=torch.bool)
+    losses: dict[str, list[float]] = {r: [] for r in ROWS}
+    for b in range(batches):
+        # Every sample gets keys and instruction (the instruction alone for a clip without keys) and its GEN text.
+        draws = [draw_sample(cfg, DRAW_STEP + b, i, len(data.latents), shape, data.has_keys) for i in range(batch_size)]
+        draws = [dataclasses.replace(d, mode="keys" if data.has_keys[d.clip] else "instruction", instruction=True,
+                                     drop_text=False) for d in draws]
+        z, noise, t, mask, text, text_mask, own = batch_inputs(draws, data, model.codec.vae.temporal_compression,
+                                                               model.net.device)
+        shuffled = dataclasses.replace(own, keys=own.keys[roll], instruction=own.instruction[roll],
+                                       instruction_mask=own.instruction_mask[roll])
+        kwargs = {"encoder_hidden_states": text, "encoder_attention_mask": text_mask, **cond}
+
+        def loss(c=None) -> float:
+            if c is None:
+                velocity = lambda x, tt: model.net(x, tt, **kwargs)  # noqa: E731
+            else:
+                velocity = lambda x, tt: steered(x, tt, **kwargs, **c.as_kwargs())  # noqa: E731
+            with torch.inference_mode():
+                return float(flow_loss(velocity, z, noise, t, mask))
+
+        for row, c in (("own", own), ("shuffled", shuffled),
+                       ("none", dataclasses.replace(own, has_keys=off, has_instruction=off, has_prompt=off)),
+                       ("keys only, own", dataclasses.replace(own, has_instruction=off)),
+                       ("keys only, shuffled", dataclasses.replace(shuffled, has_instruction=off)),
+                       ("instruction only, own", dataclasses.replace(own, has_keys=off)),
+                       ("instruction only, shuffled", dataclasses.replace(shuffled, has_keys=off)),
+                       ("base", None)):
+            losses[row].append(loss(c))
+    own_l = np.array(losses["own"])
+    rows = {}
+    for row, v in losses.items():
+        d = np.array(v) - own_l
+        rows[row] = {"loss": float(np.mean(v)), "minus_own": float(d.mean()),
+                     "minus_own_se": float(d.std(ddof=1) / np.sqrt(len(d)))}
+    return {"rows": rows, "batches": batches, "batch_size": batch_size, "seed": seed,
+            "clips": int(len(data.latents)), "with_keys": int(data.has_keys.sum()),
+            "instruct_steps": instruct.meta.train_steps}
+
+
+def table(res: dict) -> str:
+    lines = ["| controls | flow loss | minus own (± s.e.) |", "|---|---|---|"]
+    for row, r in res["rows"].items():
+        lines.append(f"| {row} | {r['loss']:.4f} | {r['minus_own']:+.4f} ± {r['minus_own_se']:.4f} |")
+    return "\n".join(lines)
