@@ -388,7 +388,6 @@ def eval_control(
                f"{e['scored']} (base {fmt(e['base'])}, codec {fmt(e['codec'])}); wrote {out}/report.md")
 
 
-
 @clip_app.command("control-use")
 def control_use(
     model: Path = typer.Option(..., "--model", help="Clip model folder."),
@@ -425,6 +424,7 @@ def control_use(
     typer.echo(f"{res['clips']} clips ({res['with_keys']} with keys), {batches} batches of {res['batch_size']}; "
                f"InstructNet of {res['instruct_steps']} steps")
     typer.echo(table(res))
+
 
 def parse_source(text: str) -> tuple[Path, str, int | None]:
     """STORE:EPISODE[:FRAME] -> (store, episode id, FRAME or None)."""
