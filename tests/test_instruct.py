@@ -14,7 +14,7 @@ import torch
 from conftest import INSTRUCT_STEPS as STEPS, cli, snapshot
 
 
-def base_and_net(seed: int = 0):
+def base_and_net(seed: int = 0, key_modulation: bool = False):
     from gamengen.models.instructnet import InstructNet
     from gamengen.models.msdit import MSDIT_PRESETS, MSDiT
 
@@ -22,7 +22,7 @@ def base_and_net(seed: int = 0):
     base = MSDiT(**MSDIT_PRESETS["tiny"]).eval().requires_grad_(False)
     for p in base.parameters():  # a base that is not the identity (a fresh MSDiT outputs zero)
         p.data += 0.05 * torch.randn_like(p)
-    return base, InstructNet.from_base(base, ["UP", "DOWN", "LEFT"])
+    return base, InstructNet.from_base(base, ["UP", "DOWN", "LEFT"], key_modulation=key_modulation)
 
 
 def inputs(B: int = 2, L: int = 3, C: int = 4, h: int = 5, w: int = 6, on: bool = True):
@@ -41,10 +41,11 @@ def call(model, x, t, controls):
     return model(x, t, encoder_hidden_states=text, **meta, **({} if controls is None else controls.as_kwargs()))
 
 
-def test_a_fresh_instructnet_leaves_the_base_as_it_was_and_learns_from_there():
+@pytest.mark.parametrize("key_modulation", [False, True])
+def test_a_fresh_instructnet_leaves_the_base_as_it_was_and_learns_from_there(key_modulation):
     from gamengen.models.instructnet import controlled
 
-    base, net = base_and_net()
+    base, net = base_and_net(key_modulation=key_modulation)
     assert net.config.num_layers == 1  # half the tiny base's 2 layers
     for mine, theirs in ((net.layers[0].spatial, base.spatial_blocks[0]), (net.layers[0].temporal, base.temporal_blocks[0])):
         assert all(torch.equal(a, b) for a, b in zip(mine.state_dict().values(), theirs.state_dict().values()))
@@ -56,14 +57,23 @@ def test_a_fresh_instructnet_leaves_the_base_as_it_was_and_learns_from_there():
     grads = {n for n, p in net.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
     assert grads == {"layers.0.out.weight", "layers.0.out.bias"}  # the injection first; the rest follow
     assert all(p.grad is None for p in base.parameters())  # the base stays frozen
+    experts = {id(p) for p in net.expert_parameters()}  # what --expert-lr-scale speeds up: the experts alone
+    assert {id(p) for p in net.key_embed.parameters()} <= experts
+    blocks = [p for layer in net.layers for m in (layer.spatial, layer.temporal, layer.out) for p in m.parameters()]
+    assert not experts & {id(p) for p in blocks}
 
 
-def test_each_control_reaches_the_output_and_is_off_exactly_when_not_given():
+@pytest.mark.parametrize("key_modulation", [False, True])
+def test_each_control_reaches_the_output_and_is_off_exactly_when_not_given(key_modulation):
     from gamengen.models.instructnet import controlled
 
-    base, net = base_and_net()
+    base, net = base_and_net(key_modulation=key_modulation)
     for p in net.parameters():  # a trained-looking InstructNet: nothing at zero
         p.data += 0.05 * torch.randn_like(p)
+    if key_modulation:  # the keys must reach the output through the blocks' modulation alone
+        for layer in net.layers:
+            layer.key_affine[1].weight.data.zero_()
+            layer.key_affine[1].bias.data.zero_()
     model = controlled(base, net)
     x, t = torch.randn(2, 3, 4, 5, 6), torch.rand(2, 3)
     off = inputs(on=False)
@@ -117,6 +127,27 @@ def test_the_draws_follow_the_stage_2_recipe():
     plain = [draw_sample(InstructTrainConfig(), s, 0, 5, (3, 1, 1, 1), np.ones(5, bool)) for s in range(200)]
     assert [d.mode for d in ablated] == [d.mode for d in plain] and not any(d.instruction for d in ablated)
     assert all(d.instruction == (d.mode != "none") for d in plain)
+
+
+def test_key_change_share_draws_clips_whose_keys_change_inside_them():
+    from gamengen.train.instruct import InstructTrainConfig, draw_sample, key_changes
+
+    held = np.zeros((4, 9, 2), np.float32)  # 4 clips of 9 frames: latent frames 0, 1-4, 5-8
+    held[:, :, 0] = 1  # key 0 held throughout
+    held[1, 4:8] = [0, 1]  # clip 1: key 1 instead for latent frame 2
+    held[3, 8] = [0, 1]  # clip 3: only the last frame's keys change, which lead out of the clip
+    changing = key_changes(held, 4)
+    np.testing.assert_array_equal(changing, [1])
+    has = np.ones(4, bool)
+    every = [draw_sample(InstructTrainConfig(key_change_share=1.0), s, 0, 4, (3, 1, 1, 1), has, changing)
+             for s in range(50)]
+    assert {d.clip for d in every} == {1}
+    half = Counter(draw_sample(InstructTrainConfig(key_change_share=0.5), s, 0, 4, (3, 1, 1, 1), has, changing).clip
+                   for s in range(2000))
+    assert abs(half[1] / 2000 - (0.5 + 0.5 / 4)) < 0.04
+    plain = [draw_sample(InstructTrainConfig(), s, 0, 4, (3, 1, 1, 1), has) for s in range(50)]  # share 0: as before
+    same = [draw_sample(InstructTrainConfig(), s, 0, 4, (3, 1, 1, 1), has, changing) for s in range(50)]
+    assert [(d.clip, d.t, d.mode) for d in plain] == [(d.clip, d.t, d.mode) for d in same]
 
 
 def test_train_instruct_writes_an_instructnet_that_fits_only_its_base(clip_run, instruct, tmp_path):

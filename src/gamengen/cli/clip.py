@@ -143,6 +143,11 @@ def train_instruct(
     context_noise: float = typer.Option(0.05, help="Std of the light noise on the context latents (§3.4)."),
     instructions: bool = typer.Option(True, "--instructions/--no-instructions", help="--no-instructions: never read "
                                       "the instruction captions (the paper's \"w/o instruct captions\" ablation)."),
+    key_modulation: bool = typer.Option(False, help="The keys also shift the adaLN modulation of InstructNet's "
+                                                    "blocks (ours; see docs/gamegen_x.md)."),
+    expert_lr_scale: float = typer.Option(1.0, help="The fusion experts learn at this multiple of the learning rate."),
+    key_change_share: float = typer.Option(0.0, help="This share of the draws from clips whose keys change inside "
+                                                     "them (ours; see docs/gamegen_x.md)."),
     checkpoint_every: int = typer.Option(250),
     seed: int = typer.Option(0),
     max_minutes: Optional[float] = typer.Option(None, help="Stop after about this long, exporting the InstructNet at the step reached (the same command resumes)."),
@@ -153,6 +158,8 @@ def train_instruct(
 
     cfg = InstructTrainConfig(steps=steps, batch_size=batch_size, learning_rate=learning_rate, layers=layers,
                               prompts=list(prompts), context_noise=context_noise, instructions=instructions,
+                              key_modulation=key_modulation, expert_lr_scale=expert_lr_scale,
+                              key_change_share=key_change_share,
                               checkpoint_every=checkpoint_every,
                               seed=seed, max_minutes=max_minutes, bf16=bf16)
     last = [float("nan")]

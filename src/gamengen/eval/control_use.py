@@ -33,8 +33,16 @@ from ..models.instructnet import controlled
 from ..train.clip import open_datasets
 from ..train.instruct import InstructTrainConfig, batch_inputs, clip_controls, draw_sample, instruct_data
 
-ROWS = ("own", "shuffled", "none", "keys only, own", "keys only, shuffled", "instruction only, own",
-        "instruction only, shuffled", "base")
+_off = dataclasses.replace
+# Each row's controls from (own, shuffled, off: a batch of False flags); None is the base alone.
+ROWS = (("own", lambda own, shuffled, off: own),
+        ("shuffled", lambda own, shuffled, off: shuffled),
+        ("none", lambda own, shuffled, off: _off(own, has_keys=off, has_instruction=off, has_prompt=off)),
+        ("keys only, own", lambda own, shuffled, off: _off(own, has_instruction=off)),
+        ("keys only, shuffled", lambda own, shuffled, off: _off(shuffled, has_instruction=off)),
+        ("instruction only, own", lambda own, shuffled, off: _off(own, has_keys=off)),
+        ("instruction only, shuffled", lambda own, shuffled, off: _off(shuffled, has_keys=off)),
+        ("base", lambda own, shuffled, off: None))
 DRAW_STEP = 10**9  # the draws' step index: far from any training step's draws
 
 
@@ -56,7 +64,7 @@ def control_use(model: ClipModel, instruct: InstructModel, clips: list[Path], ca
     steered = controlled(model.net, instruct.net)
     roll = torch.roll(torch.arange(batch_size), 1)
     off = torch.zeros(batch_size, dtype=torch.bool)
-    losses: dict[str, list[float]] = {r: [] for r in ROWS}
+    losses: dict[str, list[float]] = {r: [] for r, _ in ROWS}
     for b in range(batches):
         # Every sample gets keys and instruction (the instruction alone for a clip without keys) and its GEN text.
         draws = [draw_sample(cfg, DRAW_STEP + b, i, len(data.latents), shape, data.has_keys) for i in range(batch_size)]
@@ -76,14 +84,8 @@ def control_use(model: ClipModel, instruct: InstructModel, clips: list[Path], ca
             with torch.inference_mode():
                 return float(flow_loss(velocity, z, noise, t, mask))
 
-        for row, c in (("own", own), ("shuffled", shuffled),
-                       ("none", dataclasses.replace(own, has_keys=off, has_instruction=off, has_prompt=off)),
-                       ("keys only, own", dataclasses.replace(own, has_instruction=off)),
-                       ("keys only, shuffled", dataclasses.replace(shuffled, has_instruction=off)),
-                       ("instruction only, own", dataclasses.replace(own, has_keys=off)),
-                       ("instruction only, shuffled", dataclasses.replace(shuffled, has_keys=off)),
-                       ("base", None)):
-            losses[row].append(loss(c))
+        for row, controls_of in ROWS:
+            losses[row].append(loss(controls_of(own, shuffled, off)))
     own_l = np.array(losses["own"])
     rows = {}
     for row, v in losses.items():

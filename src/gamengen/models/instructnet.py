@@ -93,8 +93,9 @@ class InstructNetLayer(nn.Module):
 
     def forward(self, h: torch.Tensor, base: BaseState, key_emb: torch.Tensor, has_keys: torch.Tensor,
                 instruction: torch.Tensor, instruction_mask: torch.Tensor, has_instruction: torch.Tensor,
-                run_block) -> tuple[torch.Tensor, torch.Tensor]:
-        """h (B, F, S, D); key_emb (B, F, D); instruction (B, Li, D) -> (h, residual (B, F, S, D))."""
+                run_block, mod: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """h (B, F, S, D); key_emb (B, F, D); instruction (B, Li, D); mod (B, F, 6, D) the blocks'
+        modulation -> (h, residual (B, F, S, D))."""
         B, T, S, D = h.shape
         gamma, beta = self.key_affine(key_emb).unsqueeze(2).chunk(2, dim=-1)  # (B, F, 1, D) each
         on = has_keys.to(h.dtype)[:, None, None, None]
@@ -102,8 +103,8 @@ class InstructNetLayer(nn.Module):
         read = self.instruction(self.instruction_norm(h).reshape(B, T * S, D), instruction,
                                 attention_mask=instruction_mask).view(B, T, S, D)
         h = h + has_instruction.to(h.dtype)[:, None, None, None] * read
-        h = run_block(self.spatial, h, base.mod, base.text, base.text_mask, base.rope_spatial)
-        h = run_block(self.temporal, h, base.mod, base.text, base.text_mask, base.rope_temporal)
+        h = run_block(self.spatial, h, mod, base.text, base.text_mask, base.rope_spatial)
+        h = run_block(self.temporal, h, mod, base.text, base.text_mask, base.rope_temporal)
         return h, self.out(h)
 
 
@@ -112,12 +113,20 @@ class InstructNet(ModelMixin, ConfigMixin):
 
     @register_to_config
     def __init__(self, hidden_size: int = 1152, num_layers: int = 14, num_heads: int = 16, latent_channels: int = 4,
-                 patch_size: int = 2, text_dim: int = 4096, key_names: tuple[str, ...] = (), qk_norm: str = "rms_norm"):
+                 patch_size: int = 2, text_dim: int = 4096, key_names: tuple[str, ...] = (), qk_norm: str = "rms_norm",
+                 key_modulation: bool = False):
         super().__init__()
         D, p = hidden_size, patch_size
         if not key_names:
             raise ValueError("InstructNet needs the names of the keys it reads")
         self.key_embed = nn.Sequential(nn.Linear(len(key_names), D), nn.SiLU(), nn.Linear(D, D))
+        # key_modulation (ours, beside §3.4's affine): the key embedding also shifts the adaLN modulation of
+        # InstructNet's own blocks, per latent frame, the way GameNGen and DIAMOND add the action to the
+        # timestep conditioning, so every block can act on the keys. Zero at first.
+        self.key_mod = nn.Sequential(nn.SiLU(), nn.Linear(D, 6 * D)) if key_modulation else None
+        if self.key_mod is not None:
+            nn.init.zeros_(self.key_mod[1].weight)
+            nn.init.zeros_(self.key_mod[1].bias)
         self.instruction_proj = PixArtAlphaTextProjection(text_dim, D)
         # §3.4: the video prompt's latent is added at the input; zero at first, so a prompt starts as no-op.
         self.prompt_embed = nn.Conv2d(latent_channels, D, kernel_size=p, stride=p)
@@ -126,7 +135,8 @@ class InstructNet(ModelMixin, ConfigMixin):
         self.layers = nn.ModuleList(InstructNetLayer(D, num_heads, qk_norm) for _ in range(num_layers))
 
     @classmethod
-    def from_base(cls, base: MSDiT, key_names: list[str], num_layers: int | None = None) -> "InstructNet":
+    def from_base(cls, base: MSDiT, key_names: list[str], num_layers: int | None = None,
+                  key_modulation: bool = False) -> "InstructNet":
         """An InstructNet for ``base``: its width, heads and latents, ``num_layers`` (default half the
         base's) layers whose blocks start as copies of the base's first ones (ControlNet's init)."""
         c = base.config
@@ -134,7 +144,8 @@ class InstructNet(ModelMixin, ConfigMixin):
         if not 1 <= n <= c.num_layers:
             raise ValueError(f"InstructNet layers must be 1..{c.num_layers}, got {n}")
         net = cls(hidden_size=c.hidden_size, num_layers=n, num_heads=c.num_heads, latent_channels=c.latent_channels,
-                  patch_size=c.patch_size, text_dim=c.text_dim, key_names=tuple(key_names), qk_norm=c.qk_norm)
+                  patch_size=c.patch_size, text_dim=c.text_dim, key_names=tuple(key_names), qk_norm=c.qk_norm,
+                  key_modulation=key_modulation)
         for layer, spatial, temporal in zip(net.layers, base.spatial_blocks, base.temporal_blocks):
             layer.spatial.load_state_dict(copy.deepcopy(spatial.state_dict()))
             layer.temporal.load_state_dict(copy.deepcopy(temporal.state_dict()))
@@ -158,15 +169,27 @@ class InstructNet(ModelMixin, ConfigMixin):
             pe, _ = patchify(self.prompt_embed, inputs.prompt.to(dtype), self.config.patch_size)  # (B, F, S, D)
             x = base.tokens + inputs.has_prompt.to(dtype)[:, None, None, None] * pe
             key_emb = self.key_embed(inputs.keys.to(dtype))  # (B, F, D)
+            mod = base.mod  # (B, F, 6, D)
+            if self.key_mod is not None:
+                on = inputs.has_keys.to(dtype)[:, None, None, None]
+                mod = mod + on * self.key_mod(key_emb).unflatten(-1, (6, -1))
             instruction = self.instruction_proj(inputs.instruction.to(dtype))  # (B, Li, D)
             mask = inputs.instruction_mask | ~inputs.instruction_mask.any(-1, keepdim=True)  # never an all-masked row
             out = []
             for layer in self.layers:
-                x, r = layer(x, base, key_emb, inputs.has_keys, instruction, mask, inputs.has_instruction, run_block)
+                x, r = layer(x, base, key_emb, inputs.has_keys, instruction, mask, inputs.has_instruction, run_block,
+                             mod)
                 out.append(r)
             return out
 
         return residuals
+
+    def expert_parameters(self) -> list[nn.Parameter]:
+        """The fusion experts' and prompt embedding's parameters: what reads a control, as against the
+        copied blocks and output projections."""
+        mods = [self.key_embed, self.instruction_proj, self.prompt_embed, *([self.key_mod] if self.key_mod is not None else [])]
+        mods += [m for layer in self.layers for m in (layer.key_affine, layer.instruction_norm, layer.instruction)]
+        return [p for m in mods for p in m.parameters()]
 
 
 def controlled(base: MSDiT, instructnet: InstructNet):

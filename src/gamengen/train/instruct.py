@@ -63,6 +63,10 @@ class InstructTrainConfig:
     # False: the paper's "w/o instruct captions" ablation (§4.3): InstructNet never reads the instruction,
     # the draws stay the same (keys and prompts where the recipe gives them).
     instructions: bool = True
+    # Levers against an InstructNet that ignores its controls (docs/gamegen_x.md, "Why no control"), ours:
+    key_modulation: bool = False  # the keys also shift the adaLN modulation of InstructNet's blocks
+    expert_lr_scale: float = 1.0  # the fusion experts learn at this multiple of the learning rate
+    key_change_share: float = 0.0  # this share of draws from clips whose keys change inside them (key_changes)
     timesteps: str = "logit_normal"
     seed: int = 0
     checkpoint_every: int = 250
@@ -71,13 +75,17 @@ class InstructTrainConfig:
     bf16: bool = False
 
     def __post_init__(self) -> None:
-        if self.steps < 0 or self.batch_size < 1 or self.checkpoint_every < 1 or self.learning_rate <= 0:
-            raise UserError("steps must be >= 0, batch size and checkpoint cadence >= 1, the learning rate > 0",
+        if (self.steps < 0 or self.batch_size < 1 or self.checkpoint_every < 1 or self.learning_rate <= 0
+                or self.expert_lr_scale <= 0):
+            raise UserError("steps must be >= 0, batch size and checkpoint cadence >= 1, the learning rate and its "
+                            "expert scale > 0",
                             "fix the training settings")
         if self.layers is not None and self.layers < 1:
             raise UserError(f"--layers must be at least 1, got {self.layers}", "e.g. --layers 3")
-        if not (0 <= self.no_control <= 1 and 0 <= self.text_dropout <= 1 and self.context_noise >= 0):
-            raise UserError("the no-control share and text dropout must be in [0, 1], the context noise >= 0",
+        if not (0 <= self.no_control <= 1 and 0 <= self.text_dropout <= 1 and 0 <= self.key_change_share <= 1
+                and self.context_noise >= 0):
+            raise UserError("the no-control share, text dropout and key-change share must be in [0, 1], the "
+                            "context noise >= 0",
                             "fix the training settings")
         if set(self.recipe) != set(MODES[1:]) or min(self.recipe.values()) < 0 or not sum(self.recipe.values()) > 0:
             raise UserError(f"the control recipe needs shares >= 0 for {', '.join(MODES[1:])}", "fix the recipe")
@@ -100,8 +108,9 @@ class InstructDraw:
 
 
 def draw_sample(cfg: InstructTrainConfig, step: int, i: int, n_clips: int, latent_shape: tuple[int, ...],
-                has_keys: np.ndarray) -> InstructDraw:
-    """Sample i of step ``step`` from a generator seeded by (seed, step, i); a fixed order of draws."""
+                has_keys: np.ndarray, changing: np.ndarray | None = None) -> InstructDraw:
+    """Sample i of step ``step`` from a generator seeded by (seed, step, i); a fixed order of draws.
+    ``changing``: the clips whose keys change inside them (key_changes), for cfg.key_change_share."""
     g = torch.Generator().manual_seed(seed_of(cfg.seed, step, i))
     clip = int(torch.randint(n_clips, (), generator=g))
     L = latent_shape[0]
@@ -110,6 +119,10 @@ def draw_sample(cfg: InstructTrainConfig, step: int, i: int, n_clips: int, laten
     t = float(sample_t(1, g, cfg.timesteps)[0])
     noise = torch.randn(latent_shape, generator=g)
     context_noise = cfg.context_noise * torch.randn(latent_shape, generator=g)
+    if cfg.key_change_share > 0 and changing is not None and len(changing):  # one more draw, after the others
+        u_change, u_pick = torch.rand(2, generator=g).tolist()
+        if u_change < cfg.key_change_share:
+            clip = int(changing[min(int(u_pick * len(changing)), len(changing) - 1)])
     mode = "none"
     if u_control >= cfg.no_control:
         shares = np.array([cfg.recipe[m] for m in MODES[1:]], np.float64)
@@ -135,6 +148,15 @@ class InstructData:
     has_keys: np.ndarray  # (N,) bool
     captions: TextCache  # GEN
     instructions: TextCache  # INS
+
+
+def key_changes(keys: np.ndarray, compression: int, threshold: float = 0.5) -> np.ndarray:
+    """The clips whose keys change inside them: (N, F, K) held shares -> indices of the clips where some
+    key's share moves by more than ``threshold`` between two consecutive latent frames (from latent frame
+    1: frame 0 has no keys). Most clips of a random policy that holds each action 4 steps and keeps it
+    half the time have none: there the context's own motion says what the keys say."""
+    lk = latent_keys(torch.from_numpy(keys), compression)[:, 1:]  # (N, L - 1, K)
+    return np.flatnonzero((lk[:, 1:] - lk[:, :-1]).abs().amax((1, 2)).numpy() > threshold)
 
 
 def key_table(sets: list[ClipDataset]) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -220,6 +242,12 @@ def _check_datasets(sets: list[ClipDataset], base: ClipModel, clips: list[Path])
                         "curate the clips like the clip model's own")
 
 
+def _upgrade(old: dict) -> None:
+    """Settings of runs begun before a setting existed: its default then."""
+    for k, v in (("instructions", True), ("key_modulation", False), ("expert_lr_scale", 1.0), ("key_change_share", 0.0)):
+        old.setdefault(k, v)
+
+
 def train_instruct(clips: list[str | Path], model: str | Path, out: str | Path, cfg: InstructTrainConfig,
                    report: Callable[[int, int, float], None] = lambda s, n, loss: None,
                    warn: Callable[[str], None] = print, *, stage: Callable[[str], None] = lambda m: None) -> InstructModel:
@@ -234,23 +262,30 @@ def train_instruct(clips: list[str | Path], model: str | Path, out: str | Path, 
     data_paths = [str(c.resolve()) for c in clips]
     run = RunFolder(out, {**dataclasses.asdict(cfg), "data": data_paths, "model": str(Path(model).resolve()),
                           "base": base_key(base)}, keep=cfg.keep_checkpoints,
-                    upgrade=lambda old: old.setdefault("instructions", True)).open()  # runs begun before the ablation
+                    upgrade=_upgrade).open()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     base.net.to(device)
     data = instruct_data(sets, captions, controls, base, out / "cache", cfg.prompts, stage)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
-        net = InstructNet.from_base(base.net, names, cfg.layers)
+        net = InstructNet.from_base(base.net, names, cfg.layers, cfg.key_modulation)
     net.to(device).train()
-    opt = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate)
+    groups: list = [{"params": list(net.parameters())}]
+    if cfg.expert_lr_scale != 1:  # a second group only then: runs begun with one group still resume
+        experts = {id(p) for p in net.expert_parameters()}
+        groups = [{"params": [p for p in net.parameters() if id(p) not in experts]},
+                  {"params": net.expert_parameters(), "lr": cfg.learning_rate * cfg.expert_lr_scale}]
+    opt = torch.optim.Adam(groups, lr=cfg.learning_rate)
     done, losses, _ = run.resume_into(net, opt, warn)
     shape = tuple(data.latents.shape[1:])
     r = base.codec.vae.temporal_compression
     cond = base.conditions(cfg.batch_size)
     velocity = controlled(base.net, net)
+    changing = key_changes(data.keys, r)
 
     def step_loss(step: int) -> torch.Tensor:
-        draws = [draw_sample(cfg, step, i, len(data.latents), shape, data.has_keys) for i in range(cfg.batch_size)]
+        draws = [draw_sample(cfg, step, i, len(data.latents), shape, data.has_keys, changing)
+                 for i in range(cfg.batch_size)]
         z, noise, t, mask, text, text_mask, controls = batch_inputs(draws, data, r, device)
         kwargs = {"encoder_hidden_states": text, "encoder_attention_mask": text_mask, **cond, **controls.as_kwargs()}
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
@@ -263,6 +298,8 @@ def train_instruct(clips: list[str | Path], model: str | Path, out: str | Path, 
     meta = InstructMeta(base_key(base), str(Path(model)), names, list(cfg.prompts), done, dataset,
                         {"no_control": cfg.no_control, "recipe": cfg.recipe, "text_dropout": cfg.text_dropout,
                          "context_noise": cfg.context_noise, "instructions": cfg.instructions, "learning_rate": cfg.learning_rate,
+                         "key_modulation": cfg.key_modulation, "expert_lr_scale": cfg.expert_lr_scale,
+                         "key_change_share": cfg.key_change_share,
                          "batch_size": cfg.batch_size, "layers": net.config.num_layers})
     result = InstructModel(net, meta)
     params = sum(p.numel() for p in net.parameters())
