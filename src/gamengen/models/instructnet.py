@@ -187,7 +187,8 @@ class InstructNet(ModelMixin, ConfigMixin):
     def expert_parameters(self) -> list[nn.Parameter]:
         """The fusion experts' and prompt embedding's parameters: what reads a control, as against the
         copied blocks and output projections."""
-        mods = [self.key_embed, self.instruction_proj, self.prompt_embed, *([self.key_mod] if self.key_mod is not None else [])]
+        mods = [self.key_embed, self.instruction_proj, self.prompt_embed]
+        mods += [self.key_mod] if self.key_mod is not None else []
         mods += [m for layer in self.layers for m in (layer.key_affine, layer.instruction_norm, layer.instruction)]
         return [p for m in mods for p in m.parameters()]
 
