@@ -5,6 +5,10 @@
 #
 #   scripts/cpu-issue19.sh heldout     # stores the InstructNet never sees: three games, other seeds,
 #                                      # 1,500 random-play steps each, in data/heldout/<game>
+#   scripts/cpu-issue19.sh control     # recordings for control: --policy control (a motion key held 4 or 8
+#                                      # steps, then another) on the seven Freedoom maps (8,000 steps each)
+#                                      # and two scenarios (4,000), stores in data/control-stores/<game>,
+#                                      # curated into data/control/<game>
 #   scripts/cpu-issue19.sh instruct    # InstructNet beside MODEL (default models/clip-doom) on every
 #                                      # curated game, Canny and flow prompts, MINUTES (default 55), bf16;
 #                                      # in runs/instruct19 (prompt latents are encoded once, ~4 min a game)
@@ -12,20 +16,34 @@
 #                                      # per game, into $RUN-control; JUDGE=DIR (an earlier `clip eval`'s
 #                                      # --out) adds SR-E for the summons its classifier knows
 #
-# GG (default .venv/bin/gamengen), MODEL and RUN (default runs/instruct19) may be set.
+# GG (default .venv/bin/gamengen), MODEL and RUN (default runs/instruct19) may be set; DATA=control
+# trains `instruct` on data/control instead of issue 18's data/curated.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GG=${GG:-.venv/bin/gamengen}
 MODEL=${MODEL:-models/clip-doom}
 RUN=${RUN:-runs/instruct19}
 HELDOUT=("freedoom1/E1M1 1011" "freedoom2/MAP01 1021" "scenario/my_way_home 1034")
-data=(); for d in data/curated/*/; do data+=(--data "$d"); done
-case "${1:?usage: scripts/cpu-issue19.sh heldout|instruct|eval}" in
+CONTROL=("freedoom1/E1M1 2011 8000" "freedoom1/E1M2 2012 8000" "freedoom1/E1M3 2013 8000" "freedoom1/E1M4 2014 8000"
+         "freedoom2/MAP01 2021 8000" "freedoom2/MAP02 2022 8000" "freedoom2/MAP03 2023 8000"
+         "scenario/defend_the_center 2031 4000" "scenario/my_way_home 2034 4000")
+data=(); for d in data/${DATA:-curated}/*/; do data+=(--data "$d"); done
+case "${1:?usage: scripts/cpu-issue19.sh heldout|control|instruct|eval}" in
   heldout)
     for g in "${HELDOUT[@]}"; do
       read -r target seed <<<"$g"
       $GG record --env "vizdoom:$target" --frame-skip 2 --events --labels --max-episode-steps 1000 --workers 1 \
         --policy random --seed "$seed" --steps 1500 --out "data/heldout/${target//\//-}"
+    done
+    ;;
+  control)
+    for g in "${CONTROL[@]}"; do
+      read -r target seed steps <<<"$g"
+      name=${target//\//-}
+      $GG record --env "vizdoom:$target" --frame-skip 2 --events --labels --max-episode-steps 1000 --workers 1 \
+        --policy control --seed "$seed" --steps "$steps" --out "data/control-stores/$name"
+      [ -f "data/control/$name/dataset.json" ] && continue  # curate writes its folder whole, so present = done
+      $GG curate --from "data/control-stores/$name" --out "data/control/$name" --max-windows 6
     done
     ;;
   instruct)
@@ -37,5 +55,5 @@ case "${1:?usage: scripts/cpu-issue19.sh heldout|instruct|eval}" in
     OMP_NUM_THREADS=1 $GG clip eval-control --model "$MODEL" --instruct "$RUN/model" "${stores[@]}" \
       --out "$RUN-control" --contexts "${CONTEXTS:-4}" ${JUDGE:+--classifier "$JUDGE"}
     ;;
-  *) echo "unknown stage $1 (heldout, instruct or eval)" >&2; exit 2 ;;
+  *) echo "unknown stage $1 (heldout, control, instruct or eval)" >&2; exit 2 ;;
 esac

@@ -1,11 +1,12 @@
 """How much do the keys say about the next latent frame that the context does not (issue 19)?
 
-    .venv/bin/python scripts/latent_key_probe.py MODEL CACHE GAME [GAME ...]
+    .venv/bin/python scripts/latent_key_probe.py MODEL CACHE DATASET [DATASET ...]
 
 MODEL is a clip model folder, CACHE a folder holding its codec's latents of the clip datasets
-(a `clip train-instruct` run's cache/; they are encoded there if missing), GAME a folder name under
-data/curated. A shift model in latent space, no training: each next latent frame is predicted as the
-one before it moved sideways by s latent pixels, with s
+(a `clip train-instruct` run's cache/; they are encoded there if missing), DATASET a clip dataset
+(`gamengen curate`'s output, e.g. data/curated/freedoom1-E1M1). A shift model in latent space, no
+training: each next latent frame is predicted as the one before it moved sideways by s latent
+pixels, with s
 
 - 0 (persistence, the reference);
 - the best s per transition (an oracle: how much of the change a sideways shift explains at all);
@@ -52,8 +53,8 @@ def err(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return ((a - b)[..., 2:11, 3:-3] ** 2).mean((1, 2, 3))
 
 
-def probe(model: ClipModel, cache: Path, game: str) -> None:
-    ds = ClipDataset.open(f"data/curated/{game}")
+def probe(model: ClipModel, cache: Path, dataset: str) -> None:
+    ds = ClipDataset.open(dataset)
     lat = torch.from_numpy(cache_latents(ds, model.codec, cache).astype(np.float32))  # (N, L, C, h, w)
     names = ds.keys(0)[0]
     keys = latent_keys(torch.from_numpy(np.stack([ds.keys(i)[1] for i in range(len(ds))])),
@@ -72,12 +73,13 @@ def probe(model: ClipModel, cache: Path, game: str) -> None:
     s_ctx, _ = best_shift(before, prev)
     s_true, e_oracle = best_shift(prev, cur)
     base = err(prev, cur)
-    print(f"{game}: {n} transitions; turn keys changed in {float(((t_next - t_prev).abs() > 0.5).float().mean()):.0%}")
+    turned = (t_next - t_prev).abs() > 0.5  # the turn keys changed between the two frames
+    print(f"{dataset}: {n} transitions; turn keys changed in {float(turned.float().mean()):.0%}")
     print(f"  persistence: {float(base[~fit_on].mean()):.4f}")
     print(f"  oracle shift: {float(e_oracle[~fit_on].mean() / base[~fit_on].mean() - 1):+.1%}; its median where "
           f"TURN_LEFT, TURN_RIGHT was held throughout: {float(s_true[t_next > 0.75].median()):+g}, "
           f"{float(s_true[t_next < -0.75].median()):+g} latent pixels")
-    changed = ((t_next - t_prev).abs() > 0.5) & ~fit_on
+    changed = turned & ~fit_on
     for name, x in (("keys to the next frame", t_next), ("keys of the frame before", t_prev), ("context motion", s_ctx)):
         gain = min(GAINS, key=lambda g: float(err(shift(prev[fit_on], g * x[fit_on]), cur[fit_on]).mean()))
         e = err(shift(prev, gain * x), cur)
@@ -89,8 +91,8 @@ def main() -> None:
     if len(sys.argv) < 4:
         sys.exit(__doc__)
     model = ClipModel.from_pretrained(sys.argv[1])
-    for game in sys.argv[3:]:
-        probe(model, Path(sys.argv[2]), game)
+    for dataset in sys.argv[3:]:
+        probe(model, Path(sys.argv[2]), dataset)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The same commands work for Freedoom, an Atari game and the toy game, with no code change."""
 
 import csv
+import itertools
 import json
 
 import imageio.v3 as iio
@@ -10,6 +11,9 @@ import pytest
 from conftest import cli
 from gamengen.data.store import Store
 from gamengen.envs import EnvConfig, make_env
+from gamengen.envs.base import ActionSet
+from gamengen.envs.vizdoom_env import DOOM_ACTIONS
+from gamengen.record.policies import ControlPolicy, ControlPolicyConfig
 
 
 def check_commands(store_path, tmp_path, frames):
@@ -67,6 +71,42 @@ def test_scripted_policy_and_episodes_budget(tmp_path):
     store = Store.open(out)
     assert [r.length for r in store.episodes()] == [100, 100]
     assert {r.meta["policy"] for r in store.episodes()} == {"scripted"}
+
+
+def test_control_policy_changes_motion_keys_in_both_directions(tmp_path):
+    # --policy control is the data InstructNet learns keys from: one motion key at a time, a different
+    # one at every change, held 4 or 8 steps, turning right as often as left (the scripted
+    # explorer turns only left). Recorded in the real game, the turns show in the logged angle.
+    out = tmp_path / "store"
+    cli("record", "--env", "vizdoom:freedoom1/E1M1", "--policy", "control", "--episodes", "1", "--seed", "3",
+        "--max-episode-steps", "600", "--frame-skip", "2", "--out", out, check=True)
+    store = Store.open(out)
+    names = store.spec.action_set.names
+    (rec,) = store.episodes()
+    assert rec.length > 300  # E1M1's monsters do not kill it this fast
+    ep = store.open_episode(rec)
+    actions = np.asarray(ep["actions"][:])
+    held = [names[a] for a in actions]
+    assert set(held) == {"TURN_LEFT", "TURN_RIGHT", "FORWARD", "BACKWARD", "STRAFE_LEFT", "STRAFE_RIGHT"}
+    runs = [len(list(g)) for _, g in itertools.groupby(actions)]
+    assert all(r in (4, 8) for r in runs[:-1]) and len(runs) > 20  # a change is always to another key
+    variables = store.spec.variables
+    angle = np.asarray(ep["game_variables"][:]).reshape(rec.length, len(variables))[:, variables.index("ANGLE")]
+    turn = (np.diff(angle) + 180) % 360 - 180  # degrees per step, after the action of that step
+    left, right = actions[:-1] == names.index("TURN_LEFT"), actions[:-1] == names.index("TURN_RIGHT")
+    assert np.median(turn[left]) > 3 and np.median(turn[right]) < -3
+
+
+def test_control_policy_draws_every_motion_key_equally():
+    names = tuple(DOOM_ACTIONS)
+    policy = ControlPolicy(ActionSet(names))
+    policy.reset(np.random.default_rng(0))
+    held = [names[policy.act(None)] for _ in range(30000)]
+    for key in ControlPolicyConfig().keys:
+        assert abs(held.count(key) / len(held) - 1 / 6) < 0.02, key
+    atari = ControlPolicy(ActionSet(("NOOP", "FIRE", "UP")))  # none of the motion keys: all actions
+    atari.reset(np.random.default_rng(0))
+    assert {atari.act(None) for _ in range(200)} == {0, 1, 2}
 
 
 def test_bench_record_prints_both_figures():

@@ -17,7 +17,8 @@ from .common import app, data_app, ENV_HELP, parse_resolution, progress_bar, rec
 def record(
     out: Path = typer.Option(..., "--out", help="Store folder (created, or resumed if it exists)."),
     env: str = typer.Option("vizdoom:freedoom1/E1M1", help=ENV_HELP),
-    policy: str = typer.Option("random", help="random (paper's sticky random play), scripted, agent:<dir>, or "
+    policy: str = typer.Option("random", help="random (paper's sticky random play), scripted, control (motion keys "
+                                              "changed every few steps, for InstructNet), agent:<dir>, or "
                                               "human (you play the real game in the browser player)."),
     steps: Optional[int] = typer.Option(None, help="Total env steps over all workers."),
     episodes: Optional[int] = typer.Option(None, help="Total episodes over all workers (instead of --steps)."),

@@ -78,7 +78,46 @@ class ScriptedPolicy:
         return self.names.index("FORWARD")
 
 
-POLICIES = {"random": RandomPolicy, "scripted": ScriptedPolicy}
+@dataclass
+class ControlPolicyConfig:
+    # GameGen-X trains its control branch on recordings whose keys are logged per frame (§3.2, the
+    # instruction data of stage 2, §3.5). For keys to be learnable the next frames must depend on
+    # them: here a key is held for 4 or 8 steps (4 = one latent frame of the clip codec's 4x temporal
+    # compression at one step per recorded frame), then a *different* one is drawn, so the context's
+    # motion seldom tells what comes next. Both turn directions are drawn equally. (Holds of up to 16
+    # steps made the turn keys change in only 16% of latent transitions on E1M1, random play 12%.)
+    keys: tuple[str, ...] = ("TURN_LEFT", "TURN_RIGHT", "FORWARD", "BACKWARD", "STRAFE_LEFT", "STRAFE_RIGHT")
+    holds: tuple[int, ...] = (4, 8)
+
+
+class ControlPolicy:
+    """Motion keys, one at a time, changed every few steps: data on which keys decide the next frames.
+
+    Games with none of the keys (Atari, toy) draw among all their actions instead.
+    """
+
+    id = "control"
+
+    def __init__(self, action_set: ActionSet, config: ControlPolicyConfig | None = None):
+        self.config = config or ControlPolicyConfig()
+        names = action_set.names
+        self.actions = [names.index(k) for k in self.config.keys if k in names] or list(range(len(names)))
+
+    def reset(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+        self.action = int(rng.choice(self.actions))
+        self.left = int(rng.choice(self.config.holds))
+
+    def act(self, obs: Step) -> int:
+        if self.left == 0:
+            others = [a for a in self.actions if a != self.action] or self.actions
+            self.action = int(self.rng.choice(others))
+            self.left = int(self.rng.choice(self.config.holds))
+        self.left -= 1
+        return self.action
+
+
+POLICIES = {"random": RandomPolicy, "scripted": ScriptedPolicy, "control": ControlPolicy}
 
 
 def make_policy(name: str, action_set: ActionSet):
@@ -87,5 +126,5 @@ def make_policy(name: str, action_set: ActionSet):
 
         return AgentPolicy(name[len("agent:"):], action_set)
     if name not in POLICIES:
-        raise UserError(f"unknown policy '{name}'", "use --policy random or --policy scripted")
+        raise UserError(f"unknown policy '{name}'", "use --policy random, scripted or control")
     return POLICIES[name](action_set)
