@@ -74,7 +74,7 @@ def test_scripted_policy_and_episodes_budget(tmp_path):
 
 
 def test_control_policy_changes_motion_keys_in_both_directions(tmp_path):
-    # --policy control is the data InstructNet learns keys from: one motion key at a time, a different
+    # --policy control records data for training InstructNet's keys: one motion key at a time, a different
     # one at every change, held 4 or 8 steps, turning right as often as left (the scripted
     # explorer turns only left). Recorded in the real game, the turns show in the logged angle.
     out = tmp_path / "store"

@@ -282,7 +282,7 @@ def train_instruct(clips: list[str | Path], model: str | Path, out: str | Path, 
     r = base.codec.vae.temporal_compression
     cond = base.conditions(cfg.batch_size)
     velocity = controlled(base.net, net)
-    changing = key_changes(data.keys, r)
+    changing = key_changes(data.keys, r) if cfg.key_change_share > 0 else None  # only the share draws them
 
     def step_loss(step: int) -> torch.Tensor:
         draws = [draw_sample(cfg, step, i, len(data.latents), shape, data.has_keys, changing)
