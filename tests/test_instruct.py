@@ -150,6 +150,20 @@ def test_key_change_share_draws_clips_whose_keys_change_inside_them():
     assert [(d.clip, d.t, d.mode) for d in plain] == [(d.clip, d.t, d.mode) for d in same]
 
 
+def test_timestep_mean_moves_the_t_draw_towards_noise_and_nothing_else():
+    from gamengen.train.instruct import InstructTrainConfig, draw_sample
+
+    def draws(cfg):
+        return [draw_sample(cfg, s, 0, 5, (3, 1, 1, 1), np.ones(5, bool)) for s in range(2000)]
+
+    plain, shifted = draws(InstructTrainConfig()), draws(InstructTrainConfig(timestep_mean=1.0))
+    t0, t1 = np.array([d.t for d in plain]), np.array([d.t for d in shifted])
+    # logit-normal: the median of t is sigmoid(mean), 0.5 and 0.73
+    assert abs(np.median(t0) - 0.5) < 0.03 and abs(np.median(t1) - 0.731) < 0.03
+    assert [(d.clip, d.mode, d.context) for d in plain] == [(d.clip, d.mode, d.context) for d in shifted]
+    assert all(torch.equal(a.noise, b.noise) for a, b in zip(plain[:20], shifted[:20]))
+
+
 def test_train_instruct_writes_an_instructnet_that_fits_only_its_base(clip_run, instruct, tmp_path):
     from gamengen.models.clip_model import ClipModel
     from gamengen.models.instruct_model import InstructModel

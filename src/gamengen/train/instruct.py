@@ -67,6 +67,9 @@ class InstructTrainConfig:
     key_modulation: bool = False  # the keys also shift the adaLN modulation of InstructNet's blocks
     expert_lr_scale: float = 1.0  # the fusion experts learn at this multiple of the learning rate
     key_change_share: float = 0.0  # this share of draws from clips whose keys change inside them (key_changes)
+    # The mean of the logit-normal t draw: > 0 spends more of the batch near t = 1, where the generated frames'
+    # layout, and so the motion a key asks for, is still undecided (SD3 §5.3.2 shifts t the same way for size).
+    timestep_mean: float = 0.0
     timesteps: str = "logit_normal"
     seed: int = 0
     checkpoint_every: int = 250
@@ -116,7 +119,7 @@ def draw_sample(cfg: InstructTrainConfig, step: int, i: int, n_clips: int, laten
     L = latent_shape[0]
     x = int(torch.randint(1, max(L, 2), (), generator=g))
     u_text, u_control, u_mode, u_prompt = torch.rand(4, generator=g).tolist()
-    t = float(sample_t(1, g, cfg.timesteps)[0])
+    t = float(sample_t(1, g, cfg.timesteps, mean=cfg.timestep_mean)[0])
     noise = torch.randn(latent_shape, generator=g)
     context_noise = cfg.context_noise * torch.randn(latent_shape, generator=g)
     if cfg.key_change_share > 0 and changing is not None and len(changing):  # one more draw, after the others
@@ -245,7 +248,8 @@ def _check_datasets(sets: list[ClipDataset], base: ClipModel, clips: list[Path])
 
 def _upgrade(old: dict) -> None:
     """Settings of runs begun before a setting existed: its default then."""
-    for k, v in (("instructions", True), ("key_modulation", False), ("expert_lr_scale", 1.0), ("key_change_share", 0.0)):
+    for k, v in (("instructions", True), ("key_modulation", False), ("expert_lr_scale", 1.0), ("key_change_share", 0.0),
+                 ("timestep_mean", 0.0)):
         old.setdefault(k, v)
 
 
@@ -300,7 +304,7 @@ def train_instruct(clips: list[str | Path], model: str | Path, out: str | Path, 
                         {"no_control": cfg.no_control, "recipe": cfg.recipe, "text_dropout": cfg.text_dropout,
                          "context_noise": cfg.context_noise, "instructions": cfg.instructions, "learning_rate": cfg.learning_rate,
                          "key_modulation": cfg.key_modulation, "expert_lr_scale": cfg.expert_lr_scale,
-                         "key_change_share": cfg.key_change_share,
+                         "key_change_share": cfg.key_change_share, "timestep_mean": cfg.timestep_mean,
                          "batch_size": cfg.batch_size, "layers": net.config.num_layers})
     result = InstructModel(net, meta)
     params = sum(p.numel() for p in net.parameters())
