@@ -166,8 +166,9 @@ def test_clip_play_bad_input_is_one_line_exit_2(clip_run, tmp_path):
 
 def test_bench_clip_play_measures_key_to_visible_through_the_server(clip_run, instruct):
     res = cli("bench", "clip-play", "--model", clip_run / "run" / "model", "--instruct", instruct / "model",
-              "--steps", 2, "--presses", 3, "--json", check=True)
+              "--steps", 2, "--presses", 3, "--fp32", "--json", check=True)
     r = json.loads(res.stdout)
+    assert r["bf16"] is False
     assert len(r["samples_s"]) == 3 and all(s > 0 for s in r["samples_s"])
     assert r["key_to_visible_s"]["max"] >= r["key_to_visible_s"]["median"] > 0
     assert r["chunk_frames"] == 12 and r["euler_steps"] == 2
