@@ -110,20 +110,6 @@ def test_keys_steer_the_next_chunk_and_an_abandoned_chunk_changes_nothing(clip_r
         ClipWorld(w.model, None, ClipPlayConfig(context=4))
 
 
-def test_bf16_sampling_stays_close_to_fp32_and_is_the_default_where_the_cpu_computes_bf16(clip_run, instruct):
-    from gamengen.engine.clip import bf16_native
-    from gamengen.engine.clip_play import ClipPlayConfig, ClipWorld
-
-    w = world(clip_run, instruct)
-    assert w.bf16 == bf16_native()
-    made = {}
-    for bf16 in (False, True):
-        v = ClipWorld(w.model, w.instruct, ClipPlayConfig(steps=STEPS, bf16=bf16))
-        made[bf16] = np.concatenate([v.start(PROMPT, 0), v.next_chunk(("RIGHT",))]).astype(int)
-    assert not np.array_equal(made[False], made[True])  # autocast took effect
-    assert np.abs(made[False] - made[True]).mean() < 2  # in units of 0-255
-
-
 def test_bad_messages_close_only_their_socket(clip_server):
     async def closed_by(message) -> int:
         async with websockets.connect(clip_server.ws, origin=clip_server.origin) as ws:
@@ -166,9 +152,8 @@ def test_clip_play_bad_input_is_one_line_exit_2(clip_run, tmp_path):
 
 def test_bench_clip_play_measures_key_to_visible_through_the_server(clip_run, instruct):
     res = cli("bench", "clip-play", "--model", clip_run / "run" / "model", "--instruct", instruct / "model",
-              "--steps", 2, "--presses", 3, "--fp32", "--json", check=True)
+              "--steps", 2, "--presses", 3, "--json", check=True)
     r = json.loads(res.stdout)
-    assert r["bf16"] is False
     assert len(r["samples_s"]) == 3 and all(s > 0 for s in r["samples_s"])
     assert r["key_to_visible_s"]["max"] >= r["key_to_visible_s"]["median"] > 0
     assert r["chunk_frames"] == 12 and r["euler_steps"] == 2

@@ -453,8 +453,7 @@ CLIP_PLAY_KEYS = (["ArrowLeft"], ["ArrowRight"], ["ArrowUp"], [], ["ArrowDown"],
 
 
 def bench_clip_play(model_dir, instruct_dir=None, prompt: str = "", presses: int = 6, steps: int | None = None,
-                    guidance: float | None = None, context: int = 5, seed: int = 0, bf16: bool | None = None,
-                    report=lambda n: None) -> dict:
+                    guidance: float | None = None, context: int = 5, seed: int = 0, report=lambda n: None) -> dict:
     """Key-to-visible time through the real clip-play server on loopback, with a client that plays
     like the page: chunks are shown at the model's fps, each as soon as it has arrived and the one
     before it has played out, and "played" is sent when one starts. The keys change at a random
@@ -477,9 +476,8 @@ def bench_clip_play(model_dir, instruct_dir=None, prompt: str = "", presses: int
 
     model = ClipModel.from_pretrained(model_dir)
     instruct = None if instruct_dir is None else InstructModel.from_pretrained(instruct_dir, model)
-    cfg = ClipPlayConfig(guidance=guidance, context=context, seed=seed, bf16=bf16,
-                         **({} if steps is None else {"steps": steps}))
-    world = ClipWorld(model, instruct, cfg)  # a bad context fails before the server starts
+    cfg = ClipPlayConfig(guidance=guidance, context=context, seed=seed, **({} if steps is None else {"steps": steps}))
+    ClipWorld(model, instruct, cfg)  # a bad context fails before the server starts
     keymap = Keymap.for_clips(model.meta.env_ids)
     player = ClipPlayer(lambda: ClipWorld(model, instruct, cfg), keymap, "bench", prompt, fps=model.meta.fps)
     config = ServerConfig(port=0)
@@ -537,7 +535,7 @@ def bench_clip_play(model_dir, instruct_dir=None, prompt: str = "", presses: int
     s = model.sampler
     return {"model": str(model_dir), "instruct": None if instruct_dir is None else str(instruct_dir),
             "machine": machine(), "threads": torch.get_num_threads(), "fps": fps,
-            "euler_steps": cfg.steps, "guidance": s.guidance if guidance is None else guidance, "bf16": world.bf16,
+            "euler_steps": cfg.steps, "guidance": s.guidance if guidance is None else guidance,
             "context_frames": context, "chunk_frames": res["hello"]["chunk_frames"], "presses": presses,
             "key_to_visible_s": {"median": float(np.median(k)), "p90": float(np.percentile(k, 90)), "max": float(k.max())},
             "chunk_generate_ms": float(np.median(res["generate_ms"])), "shown_fps": res["shown_fps"],

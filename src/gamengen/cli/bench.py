@@ -195,8 +195,6 @@ def bench_clip_play_cmd(
     steps: Optional[int] = typer.Option(None, help="Euler steps per chunk (default: clip play's, 6)."),
     guidance: Optional[float] = typer.Option(None, help="CFG weight (default: the model's; 1: one branch)."),
     context: int = typer.Option(5, help="Context frames per chunk (1 + 4k)."),
-    bf16: Optional[bool] = typer.Option(None, "--bf16/--fp32", help="Sample under bf16 autocast (default: where the "
-                                                                   "CPU computes bf16 itself), as clip play."),
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Key press to visible effect in clip play, through the real server on loopback (`gamengen clip play`)."""
@@ -206,16 +204,15 @@ def bench_clip_play_cmd(
     if presses < 1:
         raise UserError("--presses must be at least 1", "pass a positive number")
     with progress_bar("key changes", presses) as advance:
-        res = bench_clip_play(model, instruct, EXAMPLE_PROMPT, presses, steps, guidance, context, bf16=bf16,
-                              report=advance)
+        res = bench_clip_play(model, instruct, EXAMPLE_PROMPT, presses, steps, guidance, context, report=advance)
     if as_json:
         typer.echo(json.dumps(res, indent=2))
         return
     k = res["key_to_visible_s"]
     typer.echo(f"{res['model']}" + (f" + {res['instruct']}" if res["instruct"] else " (no InstructNet)") +
                f"; {res['machine']}, {res['threads']} threads")
-    typer.echo(f"  {res['euler_steps']} Euler steps ({'bf16' if res['bf16'] else 'fp32'}), CFG weight "
-               f"{res['guidance']:g}, {res['context_frames']} context frames -> {res['chunk_frames']} new frames per chunk at {res['fps']:g} fps")
+    typer.echo(f"  {res['euler_steps']} Euler steps, CFG weight {res['guidance']:g}, {res['context_frames']} context "
+               f"frames -> {res['chunk_frames']} new frames per chunk at {res['fps']:g} fps")
     typer.echo(f"  key to visible effect: median {k['median']:.2f} s, p90 {k['p90']:.2f} s, max {k['max']:.2f} s "
                f"({res['presses']} key changes, {res['restarts']} chunks begun again)")
     typer.echo(f"  chunk: {res['chunk_generate_ms'] / 1e3:.2f} s to make; {res['shown_fps']:.1f} frames shown per second")

@@ -277,8 +277,6 @@ def play(
                                                          "work, but the world drifts from the prompt)."),
     context: int = typer.Option(5, help="Frames each chunk continues from (1 + 4k): more keep the scene, fewer give "
                                         "more new frames per chunk."),
-    bf16: Optional[bool] = typer.Option(None, "--bf16/--fp32", help="Sample under bf16 autocast: about a fifth faster "
-                                        "on CPUs that compute bf16 themselves (the default there), slower elsewhere."),
     keymap: Optional[Path] = typer.Option(None, help="Keymap JSON (default: the model's game's own)."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on. Loopback unless you say otherwise."),
     port: int = typer.Option(8000, help="Port (0 picks a free one)."),
@@ -301,10 +299,10 @@ def play(
         from ..models.instruct_model import InstructModel
 
         net = InstructModel.from_pretrained(instruct, m)
-    cfg = ClipPlayConfig(guidance=guidance, context=context, bf16=bf16, **({} if steps is None else {"steps": steps}))
-    world = ClipWorld(m, net, cfg)  # a bad --context fails here, before the server starts
+    cfg = ClipPlayConfig(guidance=guidance, context=context, **({} if steps is None else {"steps": steps}))
+    ClipWorld(m, net, cfg)  # a bad --context fails here, before the server starts
     km = Keymap.for_clips(m.meta.env_ids, keymap)
-    info = {"model": model.name, "steps per chunk": cfg.steps, "precision": "bf16" if world.bf16 else "fp32",
+    info = {"model": model.name, "steps per chunk": cfg.steps,
             "guidance": m.sampler.guidance if guidance is None else guidance, "context": context}
     player = ClipPlayer(lambda: ClipWorld(m, net, cfg), km, f"clip play: {model}", EXAMPLE_PROMPT, info,
                         m.meta.fps)

@@ -4,9 +4,7 @@ Both are one Euler integration of the rectified flow from noise (t = 1) to the c
 classifier-free guidance on the text (§3.5); continuation holds the given frames' latents clean as
 the first x latent frames throughout (§3.3's frame mask, x > 0), so the model only makes the rest.
 The noise comes from a CPU generator seeded by ``seed``: the same model, prompt and seed give the
-same frames. ``bf16`` samples and decodes under bf16 autocast: on a CPU with bf16 units (AVX-512 bf16,
-AMX) it is about a fifth faster, and its frames stay within about 50 dB of fp32's (docs/gamegen_x.md,
-"Clip play"); elsewhere it is emulated and slower (``bf16_native``).
+same frames.
 """
 
 from __future__ import annotations
@@ -75,15 +73,10 @@ def context_frames_used(model: ClipModel, given: int) -> int:
     return 1 + r * min((given - 1) // r, L - 2)
 
 
-def bf16_native() -> bool:
-    """Whether this machine's CPU computes bf16 itself (oneDNN's check: AVX-512 bf16 or AMX)."""
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-
-
 @torch.inference_mode()
 def _sample(model: ClipModel, prompt: str, seed: int, context: torch.Tensor | None, steps: int | None,
             guidance: float | None, shift: float | None, steer: Steering | None = None,
-            on_step: Callable[[], None] | None = None, bf16: bool = False) -> np.ndarray:
+            on_step: Callable[[], None] | None = None) -> np.ndarray:
     """context (X, C, h, w) clean latents or None -> uint8 (F, H, W, 3). With ``steer``, InstructNet
     steers both CFG branches alike: guidance stays on the text alone. ``on_step`` is called before
     each Euler step and may raise to abandon the clip (clip play does when the keys change)."""
@@ -111,20 +104,19 @@ def _sample(model: ClipModel, prompt: str, seed: int, context: torch.Tensor | No
         def velocity(x, t, v=velocity):
             on_step()
             return v(x, t)
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-        x0 = euler_sample(velocity, noise, ctx, steps=steps, shift=shift)
-        return model.codec.decode_clip(x0[0])  # (L, C, h, w) -> (F, H, W, 3)
+    x0 = euler_sample(velocity, noise, ctx, steps=steps, shift=shift)
+    return model.codec.decode_clip(x0[0])  # (L, C, h, w) -> (F, H, W, 3)
 
 
 def generate(model: ClipModel, prompt: str, seed: int = 0, steps: int | None = None, guidance: float | None = None,
-             shift: float | None = None, on_step: Callable[[], None] | None = None, bf16: bool = False) -> np.ndarray:
+             shift: float | None = None, on_step: Callable[[], None] | None = None) -> np.ndarray:
     """Text-to-clip: uint8 (F, H, W, 3) at the model's size. None takes the model's sampler setting."""
-    return _sample(model, prompt, seed, None, steps, guidance, shift, on_step=on_step, bf16=bf16)
+    return _sample(model, prompt, seed, None, steps, guidance, shift, on_step=on_step)
 
 
 def continue_clip(model: ClipModel, context_frames: np.ndarray, prompt: str, seed: int = 0, steps: int | None = None,
                   guidance: float | None = None, shift: float | None = None, steer: Steering | None = None,
-                  on_step: Callable[[], None] | None = None, bf16: bool = False) -> np.ndarray:
+                  on_step: Callable[[], None] | None = None) -> np.ndarray:
     """Continue uint8 frames (X, H, W, 3) -> uint8 (F, H, W, 3): the last 1 + 4k of the given frames
     (``context_frames_used``) are encoded and held clean, the rest is generated; the whole clip is
     decoded, so its first 1 + 4k frames are the codec's reconstruction of the context. ``steer``:
@@ -137,4 +129,4 @@ def continue_clip(model: ClipModel, context_frames: np.ndarray, prompt: str, see
     used = context_frames_used(model, len(frames))
     with torch.inference_mode():
         context = model.codec.encode_clip(frames[-used:])  # (x, C, h, w), x = 1 + (used - 1) / 4
-    return _sample(model, prompt, seed, context, steps, guidance, shift, steer, on_step, bf16)
+    return _sample(model, prompt, seed, context, steps, guidance, shift, steer, on_step)

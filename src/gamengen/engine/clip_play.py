@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import UserError
 from ..models.clip_model import ClipModel
 from ..models.instruct_model import InstructModel
-from .clip import Steering, bf16_native, context_frames_used, continue_clip, generate
+from .clip import Steering, context_frames_used, continue_clip, generate
 
 
 @dataclass
@@ -36,7 +36,6 @@ class ClipPlayConfig:
     #                                but the world then drifts from the prompt)
     context: int = 5  # frames held clean per chunk, 1 + 4k: more keeps the scene, fewer makes more new frames
     seed: int = 0
-    bf16: bool | None = None  # bf16 autocast (engine/clip.py); None: where the CPU computes bf16 itself
 
 
 class ClipWorld:
@@ -50,7 +49,6 @@ class ClipWorld:
             fits = ", ".join(str(1 + r * k) for k in range(L - 1))
             raise UserError(f"--context {c.context}: a chunk holds 1 + {r}k frames clean and generates at least one "
                             f"latent frame", f"pass one of {fits}")
-        self.bf16 = bf16_native() if c.bf16 is None else c.bf16
         self.prompt: str | None = None
         self.seed = c.seed
         self.chunk = 0  # chunks made since the last start
@@ -70,7 +68,7 @@ class ClipWorld:
         """A new world from text: uint8 (F, H, W, 3). A UserError for an empty or over-long prompt."""
         c = self.config
         seed = c.seed if seed is None else seed
-        frames = generate(self.model, prompt, seed, c.start_steps, c.guidance, on_step=on_step, bf16=self.bf16)
+        frames = generate(self.model, prompt, seed, c.start_steps, c.guidance, on_step=on_step)
         self.prompt, self.seed, self.chunk, self.tail = prompt, seed, 1, frames[-c.context:]
         return frames
 
@@ -85,7 +83,7 @@ class ClipWorld:
         if self.instruct is not None and (keys or instruction):
             steer = Steering(self.instruct, tuple(keys), instruction)
         clip = continue_clip(self.model, self.tail, self.prompt, self.seed + self.chunk, c.steps, c.guidance,
-                             steer=steer, on_step=on_step, bf16=self.bf16)
+                             steer=steer, on_step=on_step)
         new = clip[c.context:]
         self.chunk, self.tail = self.chunk + 1, clip[-c.context:]
         return new
