@@ -67,8 +67,9 @@ class InstructTrainConfig:
     key_modulation: bool = False  # the keys also shift the adaLN modulation of InstructNet's blocks
     expert_lr_scale: float = 1.0  # the fusion experts learn at this multiple of the learning rate
     key_change_share: float = 0.0  # this share of draws from clips whose keys change inside them (key_changes)
-    # The mean of the logit-normal t draw: > 0 spends more of the batch near t = 1, where the generated frames'
-    # layout, and so the motion a key asks for, is still undecided (SD3 §5.3.2 shifts t the same way for size).
+    # The mean of the logit-normal t draw (ours; "uniform" ignores it): > 0 spends more of the batch near t = 1,
+    # where the generated frames' layout, and so the motion a key asks for, is still undecided. SD3 (Esser et
+    # al. 2024) shifts t toward noise in the same spirit for larger images.
     timestep_mean: float = 0.0
     timesteps: str = "logit_normal"
     seed: int = 0
