@@ -4,7 +4,7 @@
 
 DATASET is a clip dataset curated from trajectory stores (`gamengen curate`'s output, e.g.
 data/control/freedoom1-E1M1). For every pair of consecutive frames j -> j + 1 it takes the mean
-horizontal Farneback flow over the view (rows 10-89 of 120: the status bar left out) and sets it
+horizontal flow (curation's Farneback, `curate/stages.flow_fields`) over the view (rows 10-89 of 120: the status bar left out) and sets it
 against the turn keys (TURN_LEFT share minus TURN_RIGHT share) of key row j + lag. Row k of a clip's
 keys is meant to lead from frame k to k + 1, so the correlation should peak at lag 0; a peak
 elsewhere would mean keys and frames are shifted against each other, and no InstructNet could
@@ -19,6 +19,7 @@ import cv2
 import numpy as np
 
 from gamengen.curate.dataset import ClipDataset
+from gamengen.curate.stages import flow_fields
 
 
 def lags(folder: str) -> None:
@@ -29,9 +30,8 @@ def lags(folder: str) -> None:
         if k is None or "TURN_LEFT" not in k[0] or "TURN_RIGHT" not in k[0]:
             continue
         names, held = k
-        gray = [cv2.cvtColor(f, cv2.COLOR_RGB2GRAY) for f in ds.frames(i)]
-        flows.append([cv2.calcOpticalFlowFarneback(a, b, None, 0.5, 3, 15, 3, 5, 1.2, 0)[10:90, :, 0].mean()
-                      for a, b in zip(gray[:-1], gray[1:])])
+        gray = np.stack([cv2.cvtColor(f, cv2.COLOR_RGB2GRAY) for f in ds.frames(i)])  # native size, not REF_WIDTH
+        flows.append(flow_fields(gray)[:, 10:90, :, 0].mean((1, 2)))
         turns.append(held[:, names.index("TURN_LEFT")] - held[:, names.index("TURN_RIGHT")])
     if not turns:
         print(f"{folder}: no clip records both turn keys")
