@@ -56,6 +56,36 @@ def train_vae(
                f"{codec.meta.get('heldout_clip_psnr', 'n/a')} dB (2D AE alone {codec.meta.get('heldout_ae_psnr', 'n/a')})")
 
 
+@clip_app.command("tune-codec")
+def tune_codec(
+    data: List[Path] = typer.Option(..., "--data", help="Clip dataset from `gamengen curate`; repeat it for several."),
+    codec: Path = typer.Option(..., "--codec", help="A codec folder (`clip train-vae`'s OUT/model), or a clip model "
+                                                    "folder, whose codec is tuned."),
+    out: Path = typer.Option(..., "--out", help="Run folder (created, or resumed); the result goes to OUT/model: "
+                                                "the tuned codec, or the clip model with it."),
+    steps: int = typer.Option(2000),
+    batch_size: int = typer.Option(8, help="Clips per step."),
+    frames_per_clip: int = typer.Option(4, help="Frames of each clip the 2D decoder draws per step."),
+    learning_rate: float = typer.Option(1e-4),
+    checkpoint_every: int = typer.Option(100),
+    seed: int = typer.Option(0),
+    max_minutes: Optional[float] = typer.Option(None, help="Stop after about this long, saving the result (re-run to resume)."),
+    bf16: bool = typer.Option(False, help="bf16 autocast of the decoders (may change on resume)."),
+):
+    """Fine-tune the codec's two decoders as one chain on pixels, encoders frozen: latents, and every
+    clip model trained on them, stay valid. `clip eval`'s held-out clips are never tuned on."""
+    from ..train.codec_tune import CodecTuneConfig, tune_codec as tune
+
+    cfg = CodecTuneConfig(steps=steps, batch_size=batch_size, frames_per_clip=frames_per_clip, learning_rate=learning_rate,
+                          checkpoint_every=checkpoint_every, seed=seed, max_minutes=max_minutes, bf16=bf16)
+    with progress_bar("codec decoders", steps) as advance:
+        tuned = tune(list(data), codec, out, cfg, step_reporter(advance), warn=_warn,
+                     stage=lambda m: console.print(m))
+    t = tuned.meta["decoder_tune"]
+    typer.echo(f"{out / 'model'}: step {t['steps']}; held-out clip PSNR {t['heldout_clip_psnr_before']} -> "
+               f"{t['heldout_clip_psnr_after']} dB over {t['heldout_clips']} clips")
+
+
 @clip_app.command("train-text")
 def train_text(
     data: List[Path] = typer.Option(..., "--data", help="Clip dataset(s) from `gamengen curate` whose GEN captions "
