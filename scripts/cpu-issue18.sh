@@ -11,6 +11,10 @@
 #   scripts/cpu-issue18.sh ae-eval DIR  # an AE's ceiling on each game's held-out frames (DIR-eval/<game>)
 #   scripts/cpu-issue18.sh ae         # the 2D AE of every game: cpu-16ch on whole frames (issue 17's winner),
 #                                     # started from the bundled defend_the_center AE, MINUTES (default 25), bf16
+#   scripts/cpu-issue18.sh ae-long    # the same AE trained to the end (8,000 + 2,000 steps, several single-core
+#                                     # hours) from the bundled clip model's AE, in runs/ae-games-long; runs until
+#                                     # killed or done: before a session ends, kill it and `scripts/carry.sh park
+#                                     # runs/ae-games-long`; this stage restores the parked checkpoint first
 #   scripts/cpu-issue18.sh vae        # the video VAE over it, on every game (AE may name another)
 #   scripts/cpu-issue18.sh train      # the cpu clip model on every curated game (MINUTES per call)
 #   scripts/cpu-issue18.sh lever L    # one clip-model candidate for MINUTES (default 25) of one core, bf16:
@@ -32,7 +36,7 @@ CODEC=${CODEC:-runs/vvae/model}
 TEXT=${TEXT:-runs/clip-text}
 stores=(); for d in data/clips/*/; do stores+=(--data "$d"); done
 data=(); for d in data/curated/*/; do data+=(--data "$d"); done
-case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval DIR|ae|vae|train|lever L|eval RUN}" in
+case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval DIR|ae|ae-long|vae|train|lever L|eval RUN}" in
   record) scripts/record-clips.sh ;;
   curate)
     for store in data/clips/*/; do
@@ -64,6 +68,11 @@ case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval D
     OMP_NUM_THREADS=1 $GG train-ae "${stores[@]}" --out "$AE" --preset cpu-16ch --init models/defend-the-center/ae \
       --steps 1000000 --decoder-steps 1000000 --checkpoint-every 200 --max-minutes "${MINUTES:-25}" --bf16
     ;;
+  ae-long)  # no --max-minutes: with it, stage 1 would end at 3/4 of one call's budget (a time-budget run)
+    scripts/carry.sh restore runs/ae-games-long
+    OMP_NUM_THREADS=${THREADS:-1} $GG train-ae "${stores[@]}" --out runs/ae-games-long --preset cpu-16ch \
+      --init models/clip-doom/codec/ae --steps 8000 --decoder-steps 2000 --checkpoint-every 100 --bf16
+    ;;
   vae)
     $GG clip train-vae "${stores[@]}" --ae "$AE" --out runs/vvae --steps 3000 \
       --max-minutes "${MINUTES:-60}"
@@ -88,5 +97,5 @@ case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval D
     OMP_NUM_THREADS=1 $GG clip eval --model "$run/model" "${data[@]}" --out "${run%/}-eval" --clips-per-game "${CLIPS:-4}" \
       ${JUDGE:+--classifier "$JUDGE"}
     ;;
-  *) echo "unknown stage $1 (record, curate, text, ae-lever, ae-eval, ae, vae, train, lever or eval)" >&2; exit 2 ;;
+  *) echo "unknown stage $1 (record, curate, text, ae-lever, ae-eval, ae, ae-long, vae, train, lever or eval)" >&2; exit 2 ;;
 esac

@@ -1,0 +1,77 @@
+"""The codec row of `gamengen clip eval` alone: the judge's game accuracy on the codec's reconstructions
+of the same held-out clips (and on the real clips beside them), without generating anything. Also
+the model's 2D autoencoder alone (every frame through it, no temporal VAE) and any other 2D
+autoencoder given with --ae, so a codec's loss can be laid at the right stage.
+
+    .venv/bin/python scripts/codec_judge.py --model M --classifier DIR [--ae AE]... [--clips N] DATA...
+
+DIR is an earlier `clip eval`'s classifier/ folder (its judge); a folder without one gets one trained
+here (about 8 minutes of one core) and saved, on the split `clip eval` draws (seed 0), so later
+evaluations can pass it as --classifier. A diagnostic for codec work (a codec is scored in minutes
+where the whole evaluation takes many): the clips are `clip eval`'s own, in its seeded order, the
+first N per game (8: its --clips-per-game).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gamengen.eval.clip import ClipEvalConfig, _order, check_inputs, fit_classifier
+from gamengen.eval.clip_classifier import META, ClipClassifier
+from gamengen.models.autoencoder import FrameCodec
+from gamengen.models.clip_model import ClipModel
+
+
+def psnr(se: list[float]) -> float:
+    return float(10 * np.log10(255 ** 2 / np.mean(se)))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--classifier", required=True, type=Path, help="a judge folder (trained here when empty)")
+    ap.add_argument("--ae", action="append", default=[], help="another 2D autoencoder folder to judge")
+    ap.add_argument("--clips", type=int, default=8)
+    ap.add_argument("data", nargs="+")
+    a = ap.parse_args()
+    cfg = ClipEvalConfig(clips_per_game=a.clips)
+    have = (a.classifier / META).exists()
+    unused = Path(tempfile.mkdtemp()) / "unused"
+    inp = check_inputs(Path(a.model), [Path(d) for d in a.data], unused, cfg, a.classifier if have else None)
+    clf: ClipClassifier = inp.classifier
+    if clf is None:
+        clf = fit_classifier(inp, cfg)
+        clf.save(a.classifier)
+        print(f"trained the judge into {a.classifier}")
+    model = ClipModel.from_pretrained(a.model)
+    codecs = {"codec": lambda x: model.codec.decode_clip(model.codec.encode_clip(x)),
+              "2D AE alone": lambda x: model.codec.frame.decode(model.codec.frame.encode(x))}
+    for path in a.ae:
+        ae = FrameCodec.load(path)
+        codecs[path] = lambda x, ae=ae: ae.decode(ae.encode(x))
+    hits: dict[str, list[bool]] = {"real": [], **{k: [] for k in codecs}}
+    se: dict[str, list[float]] = {k: [] for k in codecs}
+    for game in inp.games:
+        g = clf.games.index(game.label)
+        for d, i in _order(game, cfg)[:a.clips]:
+            real = inp.sets[d].frames(i)  # (17, H, W, 3) uint8
+            hits["real"].append(clf.predict(real).game == g)
+            for name, roundtrip in codecs.items():
+                with torch.inference_mode():
+                    back = roundtrip(real)
+                hits[name].append(clf.predict(back).game == g)
+                se[name].append(np.mean((back.astype(np.float64) - real) ** 2))
+    n = len(hits["real"])
+    print(f"{n} held-out clips ({a.clips} per game); game accuracy by the judge, PSNR against the real frames:")
+    print(f"  real: {np.mean(hits['real']):.3f}")
+    for name in codecs:
+        print(f"  {name}: {np.mean(hits[name]):.3f} ({sum(hits[name])}/{n}), {psnr(se[name]):.2f} dB")
+
+
+if __name__ == "__main__":
+    main()
