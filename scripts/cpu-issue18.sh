@@ -2,7 +2,7 @@
 # Issue 18 on 2 CPU cores: the GameGen-X clip model from recording to a trained model, one stage
 # per call. Every stage is seeded and resumable: kill it and re-run the same command.
 #
-#   scripts/cpu-issue18.sh record     # the varied, captioned recordings (scripts/record-clips.sh)
+#   scripts/cpu-issue18.sh record     # the varied, captioned recordings (scripts/record-clips.sh, WORKERS=2)
 #   scripts/cpu-issue18.sh curate     # one clip dataset per game: data/curated/<game>
 #   scripts/cpu-issue18.sh text       # the caption T5, pretrained on every curated game's captions
 #   scripts/cpu-issue18.sh ae-lever L # one 2D AE candidate on every game's frames, 20 single-core minutes:
@@ -37,7 +37,7 @@ TEXT=${TEXT:-runs/clip-text}
 stores=(); for d in data/clips/*/; do stores+=(--data "$d"); done
 data=(); for d in data/curated/*/; do data+=(--data "$d"); done
 case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval DIR|ae|ae-long|vae|train|lever L|eval RUN}" in
-  record) scripts/record-clips.sh ;;
+  record) WORKERS=${WORKERS:-2} scripts/record-clips.sh ;;  # the docs' figures are of the two-worker data
   curate)
     for store in data/clips/*/; do
       name=$(basename "$store")

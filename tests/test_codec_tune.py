@@ -62,6 +62,23 @@ def test_the_decoders_learn_and_nothing_else_moves(clip_run, tmp_path):
         assert not _changed(a, b)
 
 
+def test_the_adversarial_tune_resumes_exactly_and_differs_from_mse_alone(clip_run, tmp_path):
+    source = clip_run / "run" / "model"
+    adv = lambda out, steps: [*_args(clip_run, source, tmp_path / out, steps), "--adversarial", "0.5"]  # noqa: E731
+    cli(*adv("whole", 8), check=True)
+    cli(*adv("parts", 3), check=True)
+    cli(*adv("parts", 8), check=True)  # resumed from step 3: the discriminator and its optimizer come back too
+    cli(*_args(clip_run, source, tmp_path / "mse", 8), check=True)
+    losses = {r: json.loads((tmp_path / r / "losses.json").read_text()) for r in ("whole", "parts", "mse")}
+    np.testing.assert_allclose(losses["parts"], losses["whole"], rtol=1e-5, atol=1e-7)
+    assert losses["whole"][0] == losses["mse"][0]  # the same first batch, before any step
+    models = {r: ClipModel.from_pretrained(tmp_path / r / "model") for r in ("whole", "parts", "mse")}
+    for a, b, m in zip(*(decoders(models[r].codec) for r in ("whole", "parts", "mse"))):
+        assert not _changed(a, b) and _changed(a, m)
+    assert models["whole"].codec.meta["decoder_tune"]["adversarial"] == 0.5
+    assert models["whole"].codec.frame.encoder_id() == ClipModel.from_pretrained(source).codec.frame.encoder_id()
+
+
 def test_clip_evals_heldout_clips_are_never_tuned_on(clip_run):
     codec = ClipCodec.load(clip_run / "vae" / "model")
     cfg = CodecTuneConfig()

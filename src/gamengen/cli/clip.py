@@ -71,13 +71,16 @@ def tune_codec(
     seed: int = typer.Option(0),
     max_minutes: Optional[float] = typer.Option(None, help="Stop after about this long, saving the result (re-run to resume)."),
     bf16: bool = typer.Option(False, help="bf16 autocast of the decoders (may change on resume)."),
+    adversarial: float = typer.Option(0.0, help="Weight of a patch discriminator's loss beside the pixel MSE, "
+                                                 "balanced by VQGAN's gradient rule (0: MSE alone)."),
 ):
     """Fine-tune the codec's two decoders as one chain on pixels, encoders frozen: latents, and every
     clip model trained on them, stay valid. `clip eval`'s held-out clips are never tuned on."""
     from ..train.codec_tune import CodecTuneConfig, tune_codec as tune
 
     cfg = CodecTuneConfig(steps=steps, batch_size=batch_size, frames_per_clip=frames_per_clip, learning_rate=learning_rate,
-                          checkpoint_every=checkpoint_every, seed=seed, max_minutes=max_minutes, bf16=bf16)
+                          checkpoint_every=checkpoint_every, seed=seed, max_minutes=max_minutes, bf16=bf16,
+                          adversarial=adversarial)
     with progress_bar("codec decoders", steps) as advance:
         tuned = tune(list(data), codec, out, cfg, step_reporter(advance), warn=_warn,
                      stage=lambda m: console.print(m))

@@ -40,9 +40,10 @@ from torch import nn
 from ..curate.dataset import ClipDataset
 from ..errors import UserError
 from ..models.clip_model import META_FILE as CLIP_META, ClipModel
+from ..models.discriminator import PatchDiscriminator, hinge_d_loss
 from ..models.video_vae import ClipCodec
 from .clip_data import cache_latents, codec_key
-from .run import RunFolder, run_steps
+from .run import Deadline, RunFolder, descend, end_step, run_steps
 
 
 @dataclass
@@ -59,11 +60,19 @@ class CodecTuneConfig:
     keep_checkpoints: int = 2
     max_minutes: float | None = None  # stop this invocation after about this long; the same command resumes
     bf16: bool = False  # autocast of both decoders' passes; may change on resume
+    # The weight of a patch discriminator's loss beside the pixel MSE (0: MSE alone), balanced per step by
+    # the two losses' gradients at the 2D decoder's last layer as VQGAN does (§3.1, eq. 7); see
+    # models/discriminator.py for why.
+    adversarial: float = 0.0
+    disc_channels: int = 32
 
     def __post_init__(self):
         if self.batch_size < 1 or self.steps < 0 or self.frames_per_clip < 1 or self.checkpoint_every < 1:
             raise UserError(f"--batch-size {self.batch_size}, --frames-per-clip {self.frames_per_clip}, "
                             f"--steps {self.steps}", "pass positive numbers (steps may be 0)")
+        if self.adversarial < 0 or self.disc_channels < 8 or self.disc_channels % 8:
+            raise UserError(f"--adversarial {self.adversarial}, discriminator channels {self.disc_channels}",
+                            "pass a weight >= 0 (0: pixel MSE alone) and channels a multiple of 8")
 
 
 def decoders(codec: ClipCodec) -> list[nn.Module]:
@@ -112,8 +121,9 @@ class TuneClips:
         return torch.from_numpy(self.latents[d][i].astype(np.float32)), frames
 
 
-def step_loss(codec: ClipCodec, clips: TuneClips, cfg: CodecTuneConfig, step: int) -> torch.Tensor:
-    """Pixel MSE of one batch, drawn from (seed, step) alone."""
+def step_batch(codec: ClipCodec, clips: TuneClips, cfg: CodecTuneConfig, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One batch, drawn from (seed, step) alone: (decoded, real) pixels (B, k, 3, H, W), the first with
+    gradients into the decoders."""
     rng = np.random.default_rng([cfg.seed, step])
     pairs = [clips.pair(*clips.train[j]) for j in rng.integers(len(clips.train), size=cfg.batch_size)]
     v = torch.stack([p[0] for p in pairs]).to(codec.device)
@@ -123,7 +133,45 @@ def step_loss(codec: ClipCodec, clips: TuneClips, cfg: CodecTuneConfig, step: in
     target = torch.stack([p[1][picks[b]] for b, p in enumerate(pairs)]).to(codec.device)  # (B, k, 3, H, W)
     with torch.autocast(codec.device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
         got = decode_pixels(codec, v, picks)
+    return got, target
+
+
+def step_loss(codec: ClipCodec, clips: TuneClips, cfg: CodecTuneConfig, step: int) -> torch.Tensor:
+    """Pixel MSE of one batch."""
+    got, target = step_batch(codec, clips, cfg, step)
     return nn.functional.mse_loss(got.float(), target)
+
+
+class Adversary:
+    """The patch discriminator and its optimizer; ``step`` makes one step of both sides on one batch."""
+
+    def __init__(self, codec: ClipCodec, params: list[nn.Parameter], cfg: CodecTuneConfig):
+        self.codec, self.params, self.cfg = codec, params, cfg
+        with torch.random.fork_rng(devices=[]):  # its first weights from the run's seed alone
+            torch.manual_seed(cfg.seed)
+            self.disc = PatchDiscriminator(cfg.disc_channels).to(codec.device)
+        self.opt = torch.optim.Adam(self.disc.parameters(), lr=cfg.learning_rate, betas=(0.5, 0.9))  # VQGAN's betas
+        self.last = codec.frame.ae.decoder.conv_out.weight  # where the two losses' gradients are weighed
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16):
+            return self.disc(x).float()
+
+    def step(self, clips: TuneClips, step: int, decoder_opt) -> float:
+        """Decoders on MSE + weighted adversarial loss, then the discriminator on the same frames. -> MSE."""
+        got, target = step_batch(self.codec, clips, self.cfg, step)
+        fake, real = got.flatten(0, 1), target.flatten(0, 1)  # (B k, 3, H, W)
+        rec = nn.functional.mse_loss(fake.float(), real)
+        self.disc.requires_grad_(False)
+        adv = -self._logits(fake).mean()
+        g_rec, = torch.autograd.grad(rec, self.last, retain_graph=True)
+        g_adv, = torch.autograd.grad(adv, self.last, retain_graph=True)
+        weight = (g_rec.norm() / (g_adv.norm() + 1e-4)).clamp(max=1e4).detach() * self.cfg.adversarial
+        descend(rec + weight * adv, decoder_opt, self.params, self.cfg.grad_clip)
+        self.disc.requires_grad_(True)
+        d_loss = hinge_d_loss(self._logits(real), self._logits(fake.detach()))
+        descend(d_loss, self.opt, self.disc.parameters(), self.cfg.grad_clip)
+        return rec.item()
 
 
 @torch.no_grad()
@@ -173,12 +221,17 @@ def tune_codec(data: list, source: str | Path, out: str | Path, cfg: CodecTuneCo
         m.requires_grad_(False)
     parts.requires_grad_(True)
     opt = torch.optim.AdamW(parts.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
-    done, losses, _ = run.resume_into(parts, opt, warn)
-    done = run_steps(run, parts, opt, done, losses, cfg.steps, lambda step: step_loss(codec, clips, cfg, step), report,
-                     grad_clip=cfg.grad_clip, checkpoint_every=cfg.checkpoint_every, max_minutes=cfg.max_minutes)
+    done, losses, state = run.resume_into(parts, opt, warn)
+    if not cfg.adversarial:
+        done = run_steps(run, parts, opt, done, losses, cfg.steps, lambda step: step_loss(codec, clips, cfg, step),
+                         report, grad_clip=cfg.grad_clip, checkpoint_every=cfg.checkpoint_every,
+                         max_minutes=cfg.max_minutes)
+    else:
+        done = _adversarial_steps(run, codec, clips, parts, opt, cfg, done, losses, state, report)
     parts.requires_grad_(False)
     after = heldout_psnr(codec, clips)
-    codec.meta["decoder_tune"] = {"steps": done, "clips": len(clips.train), "heldout_clips": after["clips"],
+    codec.meta["decoder_tune"] = {"steps": done, "adversarial": cfg.adversarial, "clips": len(clips.train),
+                                  "heldout_clips": after["clips"],
                                   "heldout_clip_psnr_before": before["clip_psnr"],
                                   "heldout_clip_psnr_after": after["clip_psnr"]}
     if model is None:
@@ -187,3 +240,25 @@ def tune_codec(data: list, source: str | Path, out: str | Path, cfg: CodecTuneCo
         model.codec = codec
         model.save_pretrained(out / "model")
     return codec
+
+
+def _adversarial_steps(run: RunFolder, codec: ClipCodec, clips: TuneClips, parts: nn.ModuleList, opt, cfg: CodecTuneConfig,
+                       done: int, losses: list[float], state: dict | None, report) -> int:
+    """``run_steps`` with a discriminator beside the decoders: both, and both optimizers, are in the checkpoint."""
+    adversary = Adversary(codec, list(parts.parameters()), cfg)
+    if state is not None:
+        adversary.disc.load_state_dict(state["discriminator"])
+        adversary.opt.load_state_dict(state["disc_optimizer"])
+    snapshot = lambda: {"step": done, "model": parts.state_dict(), "optimizer": opt.state_dict(),  # noqa: E731
+                        "discriminator": adversary.disc.state_dict(), "disc_optimizer": adversary.opt.state_dict(),
+                        "losses": losses}
+    deadline, last = Deadline(cfg.max_minutes), cfg.steps
+    report(done, cfg.steps, losses[-1] if losses else float("nan"))
+    while done < last:
+        losses.append(adversary.step(clips, done, opt))
+        done += 1
+        report(done, cfg.steps, losses[-1])
+        last, stop = end_step(run, deadline, done, last, cfg.checkpoint_every, snapshot, losses)
+        if stop:
+            break
+    return done
