@@ -17,6 +17,7 @@ No pickles: JSON and zarr only.
 from __future__ import annotations
 
 import json
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -149,3 +150,28 @@ class ClipDataset:
         if not 0 <= i < len(self):
             raise IndexError(f"clip {i} of {len(self)}")
         return np.asarray(self._frames[i])
+
+
+def split_clips(ds: ClipDataset, seed: int, share: float) -> tuple[list[int], list[int], str]:
+    """(classifier-train clips, held-out clips, "episode" or "clip"): `gamengen clip eval`'s split, whose
+    judge trains on the first (eval/clip.py) and which `clip tune-codec` never tunes on the second of.
+    Whole source episodes are held out, so no held-out clip has a neighbour from its own episode in the classifier's training set;
+    a dataset of one source splits its clips. The draw is seeded by ``seed`` and the folder's name,
+    so a dataset splits the same way whatever else is evaluated with it."""
+    groups: dict[str, list[int]] = {}
+    for i in range(len(ds)):
+        src = ds.meta(i).get("source") or {}
+        groups.setdefault(str(src.get("name") or src.get("path") or f"clip {i}"), []).append(i)
+    name = zlib.crc32(Path(ds.folder).resolve().name.encode())
+    rng = np.random.default_rng(np.random.SeedSequence([seed, name]).generate_state(1)[0])  # train's seed_of(seed, name)
+
+    def count(n: int) -> int:  # at least one held out, at least one left to train on
+        return min(n - 1, max(1, round(share * n)))
+
+    if len(groups) >= 2:
+        keys = sorted(groups)
+        held_keys = [keys[j] for j in rng.permutation(len(keys))[:count(len(keys))]]
+        held, by = sorted(i for k in held_keys for i in groups[k]), "episode"
+    else:
+        held, by = sorted(int(i) for i in rng.permutation(len(ds))[:count(len(ds))]), "clip"
+    return sorted(set(range(len(ds))) - set(held)), held, by

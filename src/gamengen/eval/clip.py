@@ -36,7 +36,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..curate.dataset import ClipDataset
+from ..curate.dataset import ClipDataset, split_clips  # split_clips: `clip eval`'s split, owned by the dataset
 from ..errors import UserError
 from .clip_classifier import (ClassifierConfig, ClipClassifier, TrainingClips, frame_picks, input_size,
                               objects_in_view, shrink, train_classifier)
@@ -93,30 +93,6 @@ class Inputs:
 def game_label(ds: ClipDataset) -> str:
     """A dataset's game: its source store's env id when the store can still be read, else the folder's name."""
     return ds.env_id or Path(ds.folder).resolve().name
-
-
-def split_clips(ds: ClipDataset, seed: int, share: float) -> tuple[list[int], list[int], str]:
-    """(classifier-train clips, held-out clips, "episode" or "clip"). Whole source episodes are held
-    out, so no held-out clip has a neighbour from its own episode in the classifier's training set;
-    a dataset of one source splits its clips. The draw is seeded by ``seed`` and the folder's name,
-    so a dataset splits the same way whatever else is evaluated with it."""
-    from ..train.world_model import seed_of
-
-    groups: dict[str, list[int]] = {}
-    for i in range(len(ds)):
-        src = ds.meta(i).get("source") or {}
-        groups.setdefault(str(src.get("name") or src.get("path") or f"clip {i}"), []).append(i)
-    rng = np.random.default_rng(seed_of(seed, zlib.crc32(Path(ds.folder).resolve().name.encode())))
-    def count(n: int) -> int:  # at least one held out, at least one left to train on
-        return min(n - 1, max(1, round(share * n)))
-
-    if len(groups) >= 2:
-        keys = sorted(groups)
-        held_keys = [keys[j] for j in rng.permutation(len(keys))[:count(len(keys))]]
-        held, by = sorted(i for k in held_keys for i in groups[k]), "episode"
-    else:
-        held, by = sorted(int(i) for i in rng.permutation(len(ds))[:count(len(ds))]), "clip"
-    return sorted(set(range(len(ds))) - set(held)), held, by
 
 
 def _fingerprint(ds: ClipDataset) -> str:

@@ -3,7 +3,7 @@ a clip shows, and which objects are in view.
 
 GameGen-X measures text-video alignment with expert raters and PLLaVA (§4.3); neither exists
 offline. What stands in is a small CNN trained here, in a minute or two on the CPU, on real clips
-held apart for it (eval/clip.py, ``split_clips``): a game head (softmax over the evaluated games) and an objects head
+held apart for it (curate/dataset.py, ``split_clips``): a game head (softmax over the evaluated games) and an objects head
 (multi-label over the object names the captions mention most). A clip is classified from all its
 frames: the game from the mean of the per-frame logits, each object from the largest per-frame
 logit (an object is "in view" of a clip when some frame shows it: multiple-instance pooling).

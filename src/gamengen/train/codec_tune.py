@@ -11,7 +11,7 @@ The encoders are frozen, so every video latent stays what it was: a clip model t
 keeps its training, and gets the tuned decoders by a swap of its codec folder (``--model``). The same
 reasoning as `gamengen tune-decoder` (train/decoder.py), one level up.
 
-The clips `gamengen clip eval` holds out from its judge (eval/clip.py ``split_clips``, its default seed
+The clips `gamengen clip eval` holds out from its judge (curate/dataset.py ``split_clips``, its default seed
 and share) are never tuned on, so the codec row of that evaluation stays a held-out figure; their
 PSNR through the codec, before and after, goes into the codec's meta.
 
@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..curate.dataset import ClipDataset
+from ..curate.dataset import ClipDataset, split_clips
 from ..errors import UserError
 from ..models.clip_model import META_FILE as CLIP_META, ClipModel
 from ..models.discriminator import PatchDiscriminator, hinge_d_loss
@@ -98,8 +98,6 @@ class TuneClips:
 
     def __init__(self, paths: list[Path], codec: ClipCodec, cache: Path, cfg: CodecTuneConfig,
                  stage: Callable[[str], None]):
-        from ..eval.clip import split_clips  # the judge's split (eval sits above train; this reads it only)
-
         self.sets = [ClipDataset.open(p) for p in paths]
         for p, ds in zip(paths, self.sets):
             if (ds.height, ds.width) != (codec.frame.height, codec.frame.width):
