@@ -101,7 +101,14 @@ def test_keys_steer_the_next_chunk_and_an_abandoned_chunk_changes_nothing(clip_r
     plain = w.next_chunk()
     fresh = world(clip_run, instruct)
     fresh.start(PROMPT, 0)
+    tail = fresh.tail
     assert np.array_equal(fresh.next_chunk(), plain)  # the abandoned chunk left no trace
+    # A chunk decodes only its new frames, and they are the whole clip's: the 2D decoder is per frame.
+    from gamengen.engine.clip import continue_clip
+
+    c = fresh.config
+    whole = continue_clip(fresh.model, tail, PROMPT, fresh.seed + 1, c.steps, c.guidance)
+    assert np.array_equal(whole[c.context:], plain) and np.array_equal(whole[-c.context:], fresh.tail)
     fresh2 = world(clip_run, instruct)
     fresh2.start(PROMPT, 0)
     steered = fresh2.next_chunk(("RIGHT",))

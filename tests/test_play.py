@@ -478,3 +478,39 @@ def test_ghost_strips_compare_the_learned_view_with_the_real_one(tmp_path):
     assert Image.open(out / "ghost_strip.png").size == (2 * 160, 3 * 2 * 120)  # 0 s and 1 s; real and model rows
     bad = cli("eval", "ghost", "--model", model, "--out", tmp_path / "bad", "--seconds", "2,1")
     assert bad.returncode == 2 and "--seconds" in bad.stderr and not (tmp_path / "bad").exists()
+
+
+def test_a_server_steps_its_models_on_the_thread_its_command_loaded_them_on():
+    # One OpenMP team per process (play/compute.py): both servers' sessions and the commands' loading
+    # share one thread.
+    import threading
+
+    from gamengen.play.clip_server import ClipSessions
+    from gamengen.play.compute import compute_thread, on_compute
+    from gamengen.play.server import ServerConfig, Sessions
+
+    loader = on_compute(threading.get_ident)
+    assert loader != threading.get_ident()
+    assert compute_thread().submit(threading.get_ident).result() == loader
+    config = ServerConfig()
+    assert ClipSessions(None, config).compute is compute_thread()
+    sessions = Sessions(type("P", (), {"fps": 10})(), config)
+    sessions.close()
+    assert sessions.compute is compute_thread() and on_compute(threading.get_ident) == loader  # outlives a server
+
+
+@pytest.mark.parametrize("user", [None, "PASSIVE"])
+def test_commands_a_person_waits_on_take_openmp_s_own_wait_policy_back(user):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if user:
+        env["OMP_WAIT_POLICY"] = user
+    code = ("import os; from gamengen.cli.common import interactive_threads; a = os.environ.get('OMP_WAIT_POLICY'); "
+            "interactive_threads(); print(a, os.environ.get('OMP_WAIT_POLICY'))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
+    # Long jobs wait passively (the CLI's default); play and clip play get libgomp's spin-then-sleep,
+    # unless the user chose a policy.
+    assert out == (["PASSIVE", "PASSIVE"] if user else ["PASSIVE", "None"])

@@ -214,11 +214,12 @@ def _play_through_server(model_dir, frames: int, steps: int, runtime: str, repor
     import websockets
 
     from .engine.world import EngineConfig
+    from .play.compute import on_compute
     from .play.players import neural_player
     from .play.server import ServerConfig, create_app, unpack_frame
 
     config = ServerConfig(port=0, fps=1e6)
-    player = neural_player(model_dir, engine=EngineConfig(steps=steps, runtime=runtime))
+    player = on_compute(neural_player, model_dir, engine=EngineConfig(steps=steps, runtime=runtime))  # as `play` does
     keys = [["KeyW"], ["KeyW", "KeyA"], ["KeyD"], ["Space"], []]
 
     async def drive(url: str, origin: str):
@@ -467,15 +468,13 @@ def bench_clip_play(model_dir, instruct_dir=None, prompt: str = "", presses: int
     import torch
     import websockets
 
-    from .engine.clip_play import ClipPlayConfig, ClipWorld
-    from .models.clip_model import ClipModel
-    from .models.instruct_model import InstructModel
+    from .engine.clip_play import ClipPlayConfig, ClipWorld, load_clip_play_models
     from .play.clip_server import ClipPlayer, create_clip_app
+    from .play.compute import on_compute
     from .play.keymap import Keymap
     from .play.server import ServerConfig, unpack_frame
 
-    model = ClipModel.from_pretrained(model_dir)
-    instruct = None if instruct_dir is None else InstructModel.from_pretrained(instruct_dir, model)
+    model, instruct = on_compute(load_clip_play_models, model_dir, instruct_dir)  # as `clip play` does
     cfg = ClipPlayConfig(guidance=guidance, context=context, seed=seed, **({} if steps is None else {"steps": steps}))
     ClipWorld(model, instruct, cfg)  # a bad context fails before the server starts
     keymap = Keymap.for_clips(model.meta.env_ids)

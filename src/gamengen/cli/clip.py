@@ -12,7 +12,7 @@ import numpy as np
 import typer
 
 from ..errors import UserError
-from .common import app, console, progress_bar, step_reporter
+from .common import app, console, interactive_threads, progress_bar, step_reporter
 
 clip_app = typer.Typer(no_args_is_help=True, help="GameGen-X clips: train the clip model, make clips from text, "
                                                   "continue recorded play.")
@@ -239,6 +239,7 @@ def generate(
     png: bool = typer.Option(False, "--png", help="Also write the frames side by side to OUT with .png."),
 ):
     """Make a clip from a text prompt (text-to-clip)."""
+    interactive_threads()
     from ..engine.clip import generate as make
     from ..models.clip_model import ClipModel
 
@@ -273,6 +274,7 @@ def continue_(
 ):
     """Continue recorded play: its frames held as context (§3.3's frame mask), the rest generated; with
     --instruct, steered by keys, an instruction or a video prompt (§3.4)."""
+    interactive_threads()
     from ..engine.clip import Steering, context_frames_used, continue_clip
     from ..models.clip_model import ClipModel
 
@@ -318,20 +320,16 @@ def play(
     open_browser: bool = typer.Option(True, "--open/--no-open", help="Open the page in a browser."),
 ):
     """Play a clip world in the browser: a prompt starts it, keys and instructions steer each next chunk."""
-    from ..engine.clip_play import ClipPlayConfig, ClipWorld
-    from ..models.clip_model import ClipModel
+    interactive_threads()
+    from ..engine.clip_play import ClipPlayConfig, ClipWorld, load_clip_play_models
     from ..play.clip_server import ClipPlayer, create_clip_app
+    from ..play.compute import on_compute
     from ..play.keymap import Keymap
     from ..play.server import ServerConfig
     from .common import run_server
 
     config = ServerConfig(host=host, port=port, max_sessions=max_sessions, idle_timeout=idle_timeout)
-    m = ClipModel.from_pretrained(model)
-    net = None
-    if instruct is not None:
-        from ..models.instruct_model import InstructModel
-
-        net = InstructModel.from_pretrained(instruct, m)
+    m, net = on_compute(load_clip_play_models, model, instruct)  # where the server will run them
     cfg = ClipPlayConfig(guidance=guidance, context=context, **({} if steps is None else {"steps": steps}))
     ClipWorld(m, net, cfg)  # a bad --context fails here, before the server starts
     km = Keymap.for_clips(m.meta.env_ids, keymap)

@@ -7,8 +7,21 @@ import sys
 
 # OpenMP threads that spin while waiting make torch 10-30x slower whenever another process shares
 # the cores (measured: a tiny U-Net step took 6.2 s instead of 0.4 s next to a PPO run on 2 cores).
-# Passive waiting costs little when alone. Set before torch loads; a user's own setting wins.
+# So the long jobs (training, recording, evaluation) wait passively; the commands a person waits on
+# take OpenMP's own policy back (``interactive_threads``). Set before torch loads; a user's own
+# setting wins.
+_USER_WAIT_POLICY = "OMP_WAIT_POLICY" in os.environ
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def interactive_threads() -> None:
+    """First thing in a command a person waits on (play, clip play, generate, continue, bench):
+    OpenMP's default wait policy, unless the user set one. Its workers spin a moment after each
+    kernel, so a network of many small kernels does not pay a wake-up per kernel, as it does with
+    PASSIVE: a clip-play chunk took 1.7 s instead of 1.1 s on 2 cores (docs/performance.md, "One
+    compute thread"). It acts only before torch loads; commands import torch lazily, so it does."""
+    if not _USER_WAIT_POLICY and "torch" not in sys.modules:
+        os.environ.pop("OMP_WAIT_POLICY", None)
 from contextlib import contextmanager
 from pathlib import Path
 

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from .common import app, BUNDLED_MODEL, run_server, RUNTIME_HELP
+from .common import app, BUNDLED_MODEL, interactive_threads, run_server, RUNTIME_HELP
 
 
 @app.command()
@@ -25,17 +25,21 @@ def play(
     window: bool = typer.Option(False, help="A local pygame window instead of the browser (pip install pygame)."),
 ):
     """Play a learned game in the browser: every frame comes from the diffusion model."""
+    interactive_threads()
     from ..engine.world import EngineConfig
+    from ..play.compute import on_compute
     from ..play.players import neural_player
     from ..play.server import ServerConfig, create_app
 
     config = ServerConfig(host=host, port=port, max_sessions=max_sessions, idle_timeout=idle_timeout)
-    player = neural_player(model, ghost, keymap, EngineConfig(steps=steps, runtime=runtime))
+    engine = EngineConfig(steps=steps, runtime=runtime)
     if window:
         from ..play.window import run_window
 
+        player = neural_player(model, ghost, keymap, engine)
         run_window(player, fps=player.fps)
         return
+    player = on_compute(neural_player, model, ghost, keymap, engine)  # where the server will step it
     run_server(lambda p: create_app(player, config, p), config, open_browser)
 
 

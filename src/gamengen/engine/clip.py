@@ -76,8 +76,8 @@ def context_frames_used(model: ClipModel, given: int) -> int:
 @torch.inference_mode()
 def _sample(model: ClipModel, prompt: str, seed: int, context: torch.Tensor | None, steps: int | None,
             guidance: float | None, shift: float | None, steer: Steering | None = None,
-            on_step: Callable[[], None] | None = None) -> np.ndarray:
-    """context (X, C, h, w) clean latents or None -> uint8 (F, H, W, 3). With ``steer``, InstructNet
+            on_step: Callable[[], None] | None = None, last: int | None = None) -> np.ndarray:
+    """context (X, C, h, w) clean latents or None -> uint8 (F, H, W, 3), or its last ``last`` frames. With ``steer``, InstructNet
     steers both CFG branches alike: guidance stays on the text alone. ``on_step`` is called before
     each Euler step and may raise to abandon the clip (clip play does when the keys change)."""
     s = model.sampler
@@ -105,7 +105,8 @@ def _sample(model: ClipModel, prompt: str, seed: int, context: torch.Tensor | No
             on_step()
             return v(x, t)
     x0 = euler_sample(velocity, noise, ctx, steps=steps, shift=shift)
-    return model.codec.decode_clip(x0[0])  # (L, C, h, w) -> (F, H, W, 3)
+    F = model.meta.frames
+    return model.codec.decode_clip(x0[0], first=0 if last is None else F - last)  # (L, C, h, w) -> (F, H, W, 3)
 
 
 def generate(model: ClipModel, prompt: str, seed: int = 0, steps: int | None = None, guidance: float | None = None,
@@ -116,17 +117,20 @@ def generate(model: ClipModel, prompt: str, seed: int = 0, steps: int | None = N
 
 def continue_clip(model: ClipModel, context_frames: np.ndarray, prompt: str, seed: int = 0, steps: int | None = None,
                   guidance: float | None = None, shift: float | None = None, steer: Steering | None = None,
-                  on_step: Callable[[], None] | None = None) -> np.ndarray:
+                  on_step: Callable[[], None] | None = None, last: int | None = None) -> np.ndarray:
     """Continue uint8 frames (X, H, W, 3) -> uint8 (F, H, W, 3): the last 1 + 4k of the given frames
     (``context_frames_used``) are encoded and held clean, the rest is generated; the whole clip is
     decoded, so its first 1 + 4k frames are the codec's reconstruction of the context. ``steer``:
-    InstructNet's keys, instruction and video prompt (§3.4)."""
+    InstructNet's keys, instruction and video prompt (§3.4). ``last``: only the clip's last frames are
+    decoded and returned (1 to F)."""
     frames = np.asarray(context_frames)
     m = model.meta
     if frames.ndim != 4 or frames.shape[1:] != (m.height, m.width, 3) or frames.dtype != np.uint8:
         raise UserError(f"context frames {frames.shape} {frames.dtype}, the model makes {m.width}x{m.height} RGB",
                         f"pass uint8 frames of {m.width}x{m.height}")
     used = context_frames_used(model, len(frames))
+    if last is not None and not 1 <= last <= m.frames:
+        raise ValueError(f"last={last}: a clip has {m.frames} frames")
     with torch.inference_mode():
         context = model.codec.encode_clip(frames[-used:])  # (x, C, h, w), x = 1 + (used - 1) / 4
-    return _sample(model, prompt, seed, context, steps, guidance, shift, steer, on_step)
+    return _sample(model, prompt, seed, context, steps, guidance, shift, steer, on_step, last)

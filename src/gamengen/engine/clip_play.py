@@ -25,6 +25,12 @@ from ..models.instruct_model import InstructModel
 from .clip import Steering, context_frames_used, continue_clip, generate
 
 
+def load_clip_play_models(model_dir, instruct_dir=None) -> tuple[ClipModel, InstructModel | None]:
+    """The clip model and, when a folder is given, the InstructNet trained beside it."""
+    model = ClipModel.from_pretrained(model_dir)
+    return model, None if instruct_dir is None else InstructModel.from_pretrained(instruct_dir, model)
+
+
 @dataclass
 class ClipPlayConfig:
     # Euler steps per continuation chunk. Fewer than the model's 20 because a chunk is waited for:
@@ -82,8 +88,10 @@ class ClipWorld:
         steer = None
         if self.instruct is not None and (keys or instruction):
             steer = Steering(self.instruct, tuple(keys), instruction)
+        n = self.chunk_frames
+        # Only what is shown and what the next chunk continues from is decoded (the context's own
+        # reconstruction is not shown).
         clip = continue_clip(self.model, self.tail, self.prompt, self.seed + self.chunk, c.steps, c.guidance,
-                             steer=steer, on_step=on_step)
-        new = clip[c.context:]
+                             steer=steer, on_step=on_step, last=max(n, c.context))
         self.chunk, self.tail = self.chunk + 1, clip[-c.context:]
-        return new
+        return clip[-n:]

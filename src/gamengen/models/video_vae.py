@@ -223,9 +223,11 @@ class ClipCodec:
         self.vae.latent_frames(len(frames))  # refuse a bad length before paying for the 2D encoder
         return self.encode_latents(self.frame.encode(frames)[None])[0]
 
-    def decode_clip(self, v: torch.Tensor):
-        """(L, C_v, h, w) -> uint8 numpy (1 + 4 (L - 1), H, W, 3)."""
-        return self.frame.decode(self.decode_latents(v[None])[0])
+    def decode_clip(self, v: torch.Tensor, first: int = 0):
+        """(L, C_v, h, w) -> uint8 numpy (1 + 4 (L - 1) - first, H, W, 3): the clip's frames from ``first``
+        on. The temporal decoder needs every latent frame, but the 2D decoder works frame by frame, so
+        the frames before ``first`` are never decoded (clip play drops its context's reconstruction)."""
+        return self.frame.decode(self.decode_latents(v[None])[0, first:])
 
     def default_card(self) -> str:
         r = self.vae.temporal_compression

@@ -32,7 +32,6 @@ import asyncio
 import json
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -40,6 +39,7 @@ from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 
 from ..engine.clip_play import ClipWorld
 from ..errors import UserError
+from .compute import compute_thread
 from .keymap import Keymap
 from .server import (INVALID, BadMessage, ServerConfig, admit, encode_jpeg, key_codes, pack_frame, page_app,
                      parse_json, read_message, whole)
@@ -129,12 +129,12 @@ class ClipSessions:
 
     def __init__(self, player: ClipPlayer, config: ServerConfig):
         self.player, self.config = player, config
-        self.compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gamengen-clip")
+        self.compute = compute_thread()  # the thread the command loaded the models on (play/compute.py)
         self.open = 0
         self.check: Callable[[str | None, str | None], str | None] = lambda token, host: None
 
     def close(self) -> None:
-        self.compute.shutdown(wait=False, cancel_futures=True)
+        pass  # the compute thread is the process's; a closed session's chunk stops at its next step
 
     async def connect(self, ws: WebSocket):
         if not await admit(ws, self.check, self.open, self.config.max_sessions):

@@ -36,7 +36,6 @@ import socket
 import struct
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from html import escape as html_escape
 from pathlib import Path
@@ -48,6 +47,7 @@ from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse, Res
 from PIL import Image
 
 from ..errors import UserError
+from .compute import compute_thread
 from .games import PlayableGame
 from .keymap import MAX_KEYS, ActionResolver
 
@@ -295,13 +295,12 @@ class Sessions:
     def __init__(self, player: Player, config: ServerConfig):
         self.player, self.config = player, config
         self.fps = config.fps or player.fps
-        self.compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gamengen-step")  # one model step at a time
+        self.compute = compute_thread()  # one model step at a time, on the thread the command loaded the model on
         self.recordings = Path(tempfile.mkdtemp(prefix="gamengen-recordings-"))
         self.open = 0
         self.check: Callable[[str | None, str | None], str | None] = lambda token, host: None
 
     def close(self) -> None:
-        self.compute.shutdown(wait=False, cancel_futures=True)
         shutil.rmtree(self.recordings, ignore_errors=True)
 
     async def connect(self, ws: WebSocket):
