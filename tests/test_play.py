@@ -508,9 +508,10 @@ def test_commands_a_person_waits_on_take_openmp_s_own_wait_policy_back(user):
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     if user:
         env["OMP_WAIT_POLICY"] = user
-    code = ("import os; from gamengen.cli.common import interactive_threads; a = os.environ.get('OMP_WAIT_POLICY'); "
-            "interactive_threads(); print(a, os.environ.get('OMP_WAIT_POLICY'))")
+    code = ("import os, sys, gamengen.cli; from gamengen.cli.common import interactive_threads; "
+            "a = os.environ.get('OMP_WAIT_POLICY'); interactive_threads(); "
+            "print(a, os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
     # Long jobs wait passively (the CLI's default); play and clip play get libgomp's spin-then-sleep,
-    # unless the user chose a policy.
-    assert out == (["PASSIVE", "PASSIVE"] if user else ["PASSIVE", "None"])
+    # unless the user chose a policy. The policy is read when torch loads, so loading the CLI must not.
+    assert out == (["PASSIVE", "PASSIVE", "False"] if user else ["PASSIVE", "None", "False"])

@@ -77,9 +77,10 @@ def context_frames_used(model: ClipModel, given: int) -> int:
 def _sample(model: ClipModel, prompt: str, seed: int, context: torch.Tensor | None, steps: int | None,
             guidance: float | None, shift: float | None, steer: Steering | None = None,
             on_step: Callable[[], None] | None = None, last: int | None = None) -> np.ndarray:
-    """context (X, C, h, w) clean latents or None -> uint8 (F, H, W, 3), or its last ``last`` frames. With ``steer``, InstructNet
-    steers both CFG branches alike: guidance stays on the text alone. ``on_step`` is called before
-    each Euler step and may raise to abandon the clip (clip play does when the keys change)."""
+    """context (X, C, h, w) clean latents or None -> uint8 (F, H, W, 3), or its last ``last`` frames.
+    With ``steer``, InstructNet steers both CFG branches alike: guidance stays on the text alone.
+    ``on_step`` is called before each Euler step and may raise to abandon the clip (clip play does
+    when the keys change)."""
     s = model.sampler
     steps = s.steps if steps is None else steps
     guidance = s.guidance if guidance is None else guidance
