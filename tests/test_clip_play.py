@@ -214,3 +214,62 @@ def test_the_bundled_instructnet_steers_the_bundled_clip_model():
         chunks[name] = w.next_chunk(keys)
     assert np.array_equal(chunks["base"], chunks["attached"])  # attached and no control: the base unchanged
     assert np.abs(chunks["left"].astype(int) - chunks["base"]).mean() > 0.5
+
+
+def test_new_keys_abandon_the_chunk_in_the_making_but_never_two_chunks_in_a_row():
+    from types import SimpleNamespace
+
+    from gamengen.play.clip_server import Abandoned, ClipPlayer, ClipSessions, Job, State, restarts_for_keys
+    from gamengen.play.keymap import Keymap
+    from gamengen.play.server import ServerConfig
+
+    left, right = ("TURN_LEFT",), ("TURN_RIGHT",)
+    assert restarts_for_keys(Job(left, 1, None), right) and not restarts_for_keys(Job(left, 1, None), left)
+    assert not restarts_for_keys(Job((), 1, None, is_start=True), right) and not restarts_for_keys(None, right)
+
+    # The wiring, without a model: a chunk abandoned for keys makes the next one a restart, which the
+    # next key change leaves alone; once it is finished, key changes abandon chunks again.
+    keymap = Keymap.for_env("vizdoom:freedoom1/E1M1")
+    sessions = ClipSessions(ClipPlayer(lambda: None, keymap, "t", ""), ServerConfig())
+    world = SimpleNamespace(key_names=("TURN_LEFT", "TURN_RIGHT"))
+    codes = {k: [c for c, e in keymap.keys.items() if e == k][0] for k in world.key_names}
+    loop = SimpleNamespace(run_in_executor=lambda executor, fn, *args: None)
+    state = State(started=True, sent=0, played=0)
+
+    class Done:
+        def __init__(self, error=None):
+            self.error = error
+
+        def result(self):
+            if self.error:
+                raise self.error
+            return []
+
+    def press(key, seq, job):
+        sessions.on_message({"type": "keys", "keys": [codes[key]], "seq": seq}, world, state, job)
+
+    async def run():
+        job, _ = sessions.next_job(world, state, loop)
+        assert not job.is_restart
+        press("TURN_LEFT", 1, job)
+        assert job.stop.is_set()  # made under no key
+        await sessions.finish(None, state, job, Done(Abandoned()))
+        job, _ = sessions.next_job(world, state, loop)
+        assert job.keys == left and job.is_restart
+        press("TURN_RIGHT", 2, job)
+        assert not job.stop.is_set()  # a restart is finished whatever the keys do
+        sent = []
+
+        async def send_bytes(data):
+            sent.append(data)
+
+        await sessions.finish(SimpleNamespace(send_bytes=send_bytes), state, job, Done())
+        assert len(sent) == 1 and not state.abandoned
+        state.played = state.sent  # the page shows it: the next chunk is due
+        job, _ = sessions.next_job(world, state, loop)
+        assert job.keys == right and not job.is_restart
+        press("TURN_LEFT", 3, job)
+        assert job.stop.is_set()
+
+    asyncio.run(run())
+    assert state.restarts == 1

@@ -3,9 +3,10 @@
 A text prompt starts a world (text-to-clip); each next chunk continues it, steered by InstructNet
 with the keys held and the instruction given (engine/clip_play.py). The next chunk is generated while
 the current one plays: the server makes chunk n + 1 as soon as the page starts showing chunk n, so
-at most one chunk waits unseen. When the keys change while a chunk is less than half made, that
-chunk is abandoned and begun again under the new keys: the effect of a key then shows one chunk
-sooner, and a player who keeps changing keys still gets every other chunk at worst.
+at most one chunk waits unseen. When the keys change while a chunk is being made under other keys,
+that chunk is abandoned and begun again under the new keys, so a key shows one chunk-time after it is
+pressed; but a chunk that is itself a restart is never abandoned, so a player who keeps changing keys
+still gets every other chunk at worst, and the keys they changed to act on the chunk after it.
 
 Protocol, one WebSocket per player (``/ws?token=...``), with play's admission (token, loopback Host,
 no foreign Origin, a session limit, an idle timeout, a message size and nesting limit):
@@ -86,15 +87,15 @@ def parse_clip_message(text: str) -> dict:
 
 @dataclass
 class Job:
-    """A chunk in the making; ``step`` is the world's ``on_step``: it counts Euler steps and stops
-    the chunk once ``stop`` is set."""
+    """A chunk in the making; ``step`` is the world's ``on_step``: it stops the chunk at its next Euler
+    step once ``stop`` is set."""
 
     keys: tuple[str, ...]
     keys_seq: int
     instruction: str | None
     is_start: bool = False  # a world's first clip: text-to-clip, not steered, never begun again for keys
+    is_restart: bool = False  # begun because the one before it was abandoned: finished whatever the keys do
     started: float = field(default_factory=time.perf_counter)
-    steps_done: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
 
     def begin(self) -> None:
@@ -106,7 +107,6 @@ class Job:
     def step(self) -> None:
         if self.stop.is_set():
             raise Abandoned()
-        self.steps_done += 1
 
 
 @dataclass
@@ -121,6 +121,13 @@ class State:
     sent: int = -1  # the last chunk sent
     played: int = -1  # the last chunk the page started showing
     restarts: int = 0
+    abandoned: bool = False  # the last chunk ended unfinished
+
+
+def restarts_for_keys(job: Job | None, keys: tuple[str, ...]) -> bool:
+    """Whether new held ``keys`` abandon the chunk in the making (module doc): a continuation made under
+    other keys that is not itself a restart."""
+    return job is not None and not job.is_start and not job.is_restart and job.keys != keys
 
 
 class ClipSessions:
@@ -193,9 +200,7 @@ class ClipSessions:
             keys = self.held(world, m["keys"])
             if keys != state.keys:
                 state.keys = keys
-                # A chunk less than half made under other keys is begun again under these (module doc).
-                if (job is not None and not job.is_start and job.keys != keys and state.start is None
-                        and job.steps_done * 2 < self.steps(world)):
+                if restarts_for_keys(job, keys) and state.start is None:
                     job.stop.set()
             state.keys_seq = max(state.keys_seq, m["seq"])
         elif kind == "instruction":
@@ -203,19 +208,15 @@ class ClipSessions:
         elif kind == "played":
             state.played = max(state.played, min(m["chunk"], state.sent))
 
-    @staticmethod
-    def steps(world: ClipWorld) -> int:
-        return world.config.steps or world.model.sampler.steps  # of a chunk
-
     def next_job(self, world: ClipWorld, state: State, loop):
         """Begin the next chunk if one is due: a new world, or the chunk after the one playing."""
         if state.start is not None:
             job = Job((), state.keys_seq, None, is_start=True)
             start, state.start = state.start, None
-            state.started, state.sent, state.played = False, -1, -1
+            state.started, state.sent, state.played, state.abandoned = False, -1, -1, False
             return job, loop.run_in_executor(self.compute, self.run_start, world, start, job)
         if state.started and state.sent - state.played < 1:
-            job = Job(state.keys, state.keys_seq, state.instruction)
+            job = Job(state.keys, state.keys_seq, state.instruction, is_restart=state.abandoned)
             return job, loop.run_in_executor(self.compute, self.run_chunk, world, job)
         return None, None
 
@@ -234,7 +235,7 @@ class ClipSessions:
         try:
             frames = future.result()
         except Abandoned:
-            state.restarts += 1
+            state.restarts, state.abandoned = state.restarts + 1, True
             return
         except UserError as e:  # a prompt or an instruction the text encoder refuses
             if job.instruction is not None and state.started:
@@ -243,6 +244,7 @@ class ClipSessions:
                 state.started = False
             await ws.send_text(json.dumps({"type": "error", "message": str(e)}))
             return
+        state.abandoned = False
         generate_ms = (time.perf_counter() - job.started) * 1e3
         t0 = time.perf_counter()
         images = [encode_jpeg(f, self.config.jpeg_quality) for f in frames]
