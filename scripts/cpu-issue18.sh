@@ -15,7 +15,8 @@
 #                                     # hours) from the bundled clip model's AE, in runs/ae-games-long; runs until
 #                                     # killed or done: before a session ends, kill it and `scripts/carry.sh park
 #                                     # runs/ae-games-long`; this stage restores the parked checkpoint first
-#   scripts/cpu-issue18.sh vae        # the video VAE over it, on every game (AE may name another)
+#   scripts/cpu-issue18.sh vae        # the video VAE over it, on every game (AE may name another:
+#                                     # AE=runs/ae-games-long for the long one), in runs/vvae, MINUTES per call
 #   scripts/cpu-issue18.sh train      # the cpu clip model on every curated game (MINUTES per call)
 #   scripts/cpu-issue18.sh lever L    # one clip-model candidate for MINUTES (default 25) of one core, bf16:
 #                                     # L = paper (cross-attention only), pooled (--pooled-text),
@@ -73,8 +74,9 @@ case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval D
     OMP_NUM_THREADS=${THREADS:-1} $GG train-ae "${stores[@]}" --out runs/ae-games-long --preset cpu-16ch \
       --init models/clip-doom/codec/ae --steps 8000 --decoder-steps 2000 --checkpoint-every 100 --bf16
     ;;
-  vae)
-    $GG clip train-vae "${stores[@]}" --ae "$AE" --out runs/vvae --steps 3000 \
+  vae)  # resumable; before a session ends, `scripts/carry.sh park runs/vvae` (this stage restores it)
+    scripts/carry.sh restore runs/vvae
+    OMP_NUM_THREADS=${THREADS:-1} $GG clip train-vae "${stores[@]}" --ae "$AE" --out runs/vvae --steps 3000 \
       --max-minutes "${MINUTES:-60}"
     ;;
   train)
