@@ -37,7 +37,7 @@ def interactive_threads() -> None:
     """First thing in a command a person waits on (play, clip play, generate, continue, bench):
     OpenMP's default wait policy, unless the user set one. Its workers spin a moment after each
     kernel, so a network of many small kernels does not pay a wake-up per kernel, as it does with
-    PASSIVE: a clip-play chunk took 1.7 s instead of 1.1 s on 2 cores (docs/performance.md, "One
+    PASSIVE: a clip-play chunk took 1.70 s instead of 1.04 s on 2 cores (docs/performance.md, "One
     compute thread"). It acts only before torch loads; commands import torch lazily, so it does."""
     if not _USER_WAIT_POLICY and "torch" not in sys.modules:
         os.environ.pop("OMP_WAIT_POLICY", None)

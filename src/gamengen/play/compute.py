@@ -5,8 +5,8 @@ thread that enters a parallel region, and lets the workers spin for a while afte
 the next one starts at once. Once a second thread has a team of its own (a server's compute thread,
 after the command loaded its model on the main thread), libgomp manages more threads than there are
 cores and cuts that spin short: every parallel region then waits for its workers to wake, and a
-network of many small kernels runs at little more than one core's speed. A clip-play chunk took
-1.68 s instead of 1.15 s on 2 cores that way (docs/performance.md, "One compute thread").
+network of many small kernels runs at little more than one core's speed. Through clip play's server a
+chunk took 1.64 s instead of 1.04 s on 2 cores that way (docs/performance.md, "One compute thread").
 
 So a server's command loads its models here (``on_compute``) and every session of every server in
 the process steps here (``compute_thread``): one OpenMP team per process.
