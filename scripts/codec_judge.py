@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gamengen.eval.clip import ClipEvalConfig, _order, check_inputs, fit_classifier
+from gamengen.eval.clip import ClipEvalConfig, heldout_order, check_inputs, fit_classifier
 from gamengen.eval.clip_classifier import META, ClipClassifier
 from gamengen.curate.report import contact_sheet
 from gamengen.models.autoencoder import FrameCodec
@@ -69,7 +69,7 @@ def main() -> None:
     se: dict[str, list[float]] = {k: [] for k in codecs}
     for game in inp.games:
         g = clf.games.index(game.label)
-        for n, (d, i) in enumerate(_order(game, cfg)[:a.clips]):
+        for n, (d, i) in enumerate(heldout_order(game, cfg)[:a.clips]):
             real = inp.sets[d].frames(i)  # (17, H, W, 3) uint8
             hits["real"].append(clf.predict(real).game == g)
             if n == 0:

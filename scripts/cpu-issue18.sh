@@ -23,6 +23,11 @@
 #                                     # short (--captions short, the paper's caption ablation, on the
 #                                     # pooled model), images (--image-share 0.5 on the pooled model);
 #                                     # in runs/clip18-L, scored by `eval runs/clip18-L`
+#   scripts/cpu-issue18.sh clip-long  # the images lever on CODEC (2 threads, MINUTES per call, default 60),
+#                                     # trained across sessions in legs: a leg starts from the last leg's
+#                                     # model parked in carry/clip-long (--init: a fresh optimizer; seed = its
+#                                     # steps, so no leg repeats another's batches), in runs/clip-long-from-S
+#   scripts/cpu-issue18.sh clip-park  # the newest leg's model -> carry/clip-long (commit it: git add carry/clip-long)
 #   scripts/cpu-issue18.sh eval RUN   # `clip eval` of RUN/model on every game into RUN-eval, CLIPS (default 4)
 #                                     # prompts per game; JUDGE=EVAL_DIR reuses an earlier eval's judge
 #
@@ -37,7 +42,7 @@ CODEC=${CODEC:-runs/vvae/model}
 TEXT=${TEXT:-runs/clip-text}
 stores=(); for d in data/clips/*/; do stores+=(--data "$d"); done
 data=(); for d in data/curated/*/; do data+=(--data "$d"); done
-case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval DIR|ae|ae-long|vae|train|lever L|eval RUN}" in
+case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval DIR|ae|ae-long|vae|train|lever L|clip-long|clip-park|eval RUN}" in
   record) WORKERS=${WORKERS:-2} scripts/record-clips.sh ;;  # the docs' figures are of the two-worker data
   curate)
     for store in data/clips/*/; do
@@ -94,10 +99,33 @@ case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval D
     OMP_NUM_THREADS=1 $GG clip train "${data[@]}" --codec "$CODEC" --text "$TEXT" --out "runs/clip18-$2" \
       --preset cpu --steps 100000 --bf16 $flags --max-minutes "${MINUTES:-25}"
     ;;
+  clip-long)
+    if [ -f carry/clip-long/gamengen_clip.json ]; then
+      from=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["meta"]["train_steps"])' \
+        carry/clip-long/gamengen_clip.json)
+      leg=(--init carry/clip-long --seed "$from")
+    else
+      from=0; leg=(--codec "$CODEC" --text "$TEXT")
+    fi
+    # every leg reads one latent and text cache (keyed by codec, text encoder and data): encoding 5,193 clips
+    # takes about half an hour, once per machine
+    mkdir -p runs/clip-long-cache "runs/clip-long-from-$from"
+    [ -e "runs/clip-long-from-$from/cache" ] || ln -s ../clip-long-cache "runs/clip-long-from-$from/cache"
+    OMP_NUM_THREADS=${THREADS:-2} $GG clip train "${data[@]}" "${leg[@]}" --out "runs/clip-long-from-$from" \
+      --preset cpu --steps 100000 --bf16 --pooled-text --image-share 0.5 --max-minutes "${MINUTES:-60}"
+    ;;
+  clip-park)  # a leg writes its model when its MINUTES are up (or at --steps), not when killed
+    run=$(ls -d runs/clip-long-from-*/model 2>/dev/null | sort -t- -k4 -n | tail -1)
+    [ -n "$run" ] || { echo "no leg of clip-long has written its model yet; run clip-long first" >&2; exit 2; }
+    rm -rf carry/.tmp-clip-long && cp -r "$run" carry/.tmp-clip-long
+    rm -rf carry/clip-long.old; [ -d carry/clip-long ] && mv carry/clip-long carry/clip-long.old
+    mv carry/.tmp-clip-long carry/clip-long && rm -rf carry/clip-long.old
+    echo "parked $run in carry/clip-long ($(du -sm carry/clip-long | cut -f1) MB); commit it: git add carry/clip-long"
+    ;;
   eval)
     run=${2:?which clip run folder}
     OMP_NUM_THREADS=1 $GG clip eval --model "$run/model" "${data[@]}" --out "${run%/}-eval" --clips-per-game "${CLIPS:-4}" \
       ${JUDGE:+--classifier "$JUDGE"}
     ;;
-  *) echo "unknown stage $1 (record, curate, text, ae-lever, ae-eval, ae, ae-long, vae, train, lever or eval)" >&2; exit 2 ;;
+  *) echo "unknown stage $1 (record, curate, text, ae-lever, ae-eval, ae, ae-long, vae, train, lever, clip-long, clip-park or eval)" >&2; exit 2 ;;
 esac

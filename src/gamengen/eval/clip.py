@@ -212,7 +212,7 @@ def _key(label: str) -> int:
     return zlib.crc32(label.encode())
 
 
-def _order(game: Game, cfg: ClipEvalConfig) -> list[tuple[int, int]]:
+def heldout_order(game: Game, cfg: ClipEvalConfig) -> list[tuple[int, int]]:
     """The game's held-out clips in a seeded order: the first ``clips_per_game`` are evaluated, the
     first ``ceiling_clips`` measure the classifier."""
     from ..train.world_model import seed_of
@@ -230,7 +230,7 @@ def make_clips(model, inp: Inputs, games: list[str], cfg: ClipEvalConfig, advanc
     used = context_frames_used(model, CONTEXT_FRAMES)
     clips = []
     for game in inp.games:
-        for n, (d, i) in enumerate(_order(game, cfg)[:cfg.clips_per_game]):
+        for n, (d, i) in enumerate(heldout_order(game, cfg)[:cfg.clips_per_game]):
             real = inp.sets[d].frames(i)
             prompt = caption_of(inp.sets[d].meta(i), model.meta.training.get("captions", "structured"))
             seed = seed_of(cfg.seed, 3, _key(game.label), n)
@@ -279,7 +279,7 @@ def measure(clf: ClipClassifier, inp: Inputs, clips: list[Clip], cfg: ClipEvalCo
     codec = [clf.predict(c.codec) for c in clips]
     ceiling, ceiling_views, ceiling_games = [], [], []
     for game in inp.games:
-        for d, i in _order(game, cfg)[:cfg.ceiling_clips]:
+        for d, i in heldout_order(game, cfg)[:cfg.ceiling_clips]:
             ceiling.append(clf.predict(inp.sets[d].frames(i)))
             ceiling_views.append(objects_in_view(inp.sets[d].meta(i)["captions"].get("fields", {})))
             ceiling_games.append(clf.games.index(game.label))
