@@ -265,11 +265,19 @@ def test_continue_is_steered_by_keys_an_instruction_and_a_video_prompt(clip_run,
              "prompt": Steering(m, prompt=np.asarray(store.open_episode(rec)["frames"][7:24]))}.items()}
     for name in ("keys", "instruction", "prompt"):
         assert not np.array_equal(runs[name][13:], runs["none"][13:]), name
+    # Guidance on the controls pushes the keys' effect further; with no control given, its branch is
+    # the conditional one itself, so it changes nothing (the third branch really has the controls off).
+    pushed = continue_clip(base, ctx, "the cursor moves", seed=0, steps=3, steer=Steering(m, (key,), guidance=4.0))
+    assert not np.array_equal(pushed[13:], runs["keys"][13:])
+    idle = continue_clip(base, ctx, "the cursor moves", seed=0, steps=3, steer=Steering(m, guidance=4.0))
+    assert np.abs(idle.astype(int) - runs["none"].astype(int)).max() <= 1  # the same up to float rounding
     # bad steering: one line, exit 2, nothing written
     cases = {"unknown key": (["--instruct", instruct / "model", "--key", "JUMP"], "unknown key 'JUMP'"),
              "no instructnet": (["--key", key], "steer through an InstructNet"),
              "unknown prompt": (["--instruct", instruct / "model", "--video-prompt", "pose"], "unknown video prompt"),
-             "not an instructnet": (["--instruct", clip_run / "run" / "model"], "not an InstructNet folder")}
+             "not an instructnet": (["--instruct", clip_run / "run" / "model"], "not an InstructNet folder"),
+             "negative control guidance": (["--instruct", instruct / "model", "--key", key, "--control-guidance", -1],
+                                           "control guidance -1")}
     for name, (extra, words) in cases.items():
         before = snapshot(tmp_path)
         res = cli("clip", "continue", "--model", clip_run / "run" / "model", "--from", source, "--prompt", "x",

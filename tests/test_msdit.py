@@ -307,6 +307,14 @@ def test_guided():
     assert torch.allclose(guided(model, cond, uncond, 3.0)(x, t), v_u + 3 * (v_c - v_u))
     with pytest.raises(ValueError):
         guided(model, cond, dict(scale=uncond["scale"]), 2.0)
+    # Guidance on InstructNet's controls, composed with the text's; weight 1 is the plain CFG above.
+    off = dict(scale=torch.tensor([1.5, 2.0]), offset=torch.tensor([0.5, 0.5]))
+    v_o = model(x, t, **off)
+    assert torch.equal(guided(model, cond, uncond, 3.0, off, 1.0)(x, t), guided(model, cond, uncond, 3.0)(x, t))
+    assert torch.allclose(guided(model, cond, uncond, 3.0, off, 5.0)(x, t), v_u + 3 * (v_c - v_u) + 4 * (v_c - v_o))
+    assert torch.allclose(guided(model, cond, uncond, 1.0, off, 5.0)(x, t), v_c + 4 * (v_c - v_o))
+    with pytest.raises(ValueError):
+        guided(model, cond, uncond, 2.0, dict(scale=off["scale"]), 5.0)
 
 
 def test_guided_msdit_sampling_round():

@@ -270,6 +270,8 @@ def continue_(
     seed: int = typer.Option(0),
     steps: Optional[int] = typer.Option(None),
     guidance: Optional[float] = typer.Option(None),
+    control_guidance: float = typer.Option(1.0, help="CFG weight on InstructNet's controls against the same "
+                                                     "InstructNet with them off (1: none; ours, not the paper's)."),
     png: bool = typer.Option(False, "--png", help="Also write the frames side by side to OUT with .png."),
 ):
     """Continue recorded play: its frames held as context (§3.3's frame mask), the rest generated; with
@@ -291,7 +293,7 @@ def continue_(
 
         if video_prompt is not None and video_prompt not in KINDS:
             raise UserError(f"unknown video prompt kind {video_prompt!r}", "use one of: " + ", ".join(KINDS))
-        steer = Steering(InstructModel.from_pretrained(instruct, m), tuple(keys), instruction)
+        steer = Steering(InstructModel.from_pretrained(instruct, m), tuple(keys), instruction, guidance=control_guidance)
     frames, first = read_context(m, store_path, episode, frame, context, context_frames_used)
     used = context_frames_used(m, len(frames))
     if steer is not None and video_prompt is not None:
@@ -392,6 +394,8 @@ def eval_control(
     seed: int = typer.Option(0),
     steps: Optional[int] = typer.Option(None),
     guidance: Optional[float] = typer.Option(None),
+    control_guidance: float = typer.Option(1.0, help="CFG weight on InstructNet's controls against the same "
+                                                     "InstructNet with them off (1: none; ours, not the paper's)."),
     classifier: Optional[Path] = typer.Option(None, "--classifier", help="The judge of an earlier `clip eval` (its "
                                                                          "--out folder): SR-E for the summons it knows."),
 ):
@@ -414,7 +418,7 @@ def eval_control(
         from ..eval.clip_classifier import ClipClassifier
 
         judge = ClipClassifier.load(classifier)  # a UserError for a folder without one
-    cfg = ControlEvalConfig(contexts, tuple(keys), context_latents, seed, steps, guidance)
+    cfg = ControlEvalConfig(contexts, tuple(keys), context_latents, seed, steps, guidance, control_guidance)
     with progress_bar("SR-C cases (keys a game lacks are skipped)", contexts * len(data) * len(keys)) as advance:
         res, strips = evaluate_control(m, net, list(data), cfg, report=advance)
     events = sum(event_rule(e, judge) is not None for d in data for e in Store.open(d).spec.events)

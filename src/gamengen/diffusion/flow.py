@@ -96,24 +96,34 @@ def euler_sample(model: VelocityModel, noise: Tensor, context: Tensor | None = N
 
 
 def guided(model: Callable[..., Tensor], cond: Mapping[str, Tensor], uncond: Mapping[str, Tensor],
-           guidance: float) -> VelocityModel:
+           guidance: float, unsteered: Mapping[str, Tensor] | None = None, steering: float = 1.0) -> VelocityModel:
     """Classifier-free guidance on the text (§3.5 drops text in 25% of training to allow it):
     v = v_uncond + guidance (v_cond - v_uncond), as a VelocityModel.
 
     model(x, t, **kwargs) -> v takes per-sample keyword tensors, e.g. an MSDiT with kwargs
     encoder_hidden_states, encoder_attention_mask, fps, num_frames, height, width. cond and uncond
     give them for the B samples, with the same keys and shapes (uncond usually differs only in the
-    text: MSDiT.null_text(B, L), or the same text with an all-False mask). Both branches run as one
-    batch of 2B, [cond; uncond]. guidance = 1 runs the conditional branch alone.
+    text: MSDiT.null_text(B, L), or the same text with an all-False mask). The branches run as one
+    batch ([cond; uncond] of 2B); guidance = 1 runs the conditional branch alone.
+
+    With ``unsteered`` (cond with InstructNet's controls switched off; stage 2 trains 20% of samples
+    without control, §3.5, so that branch is learned) and ``steering`` != 1, guidance on the controls
+    is added, composed as InstructPix2Pix composes its two conditions:
+    v += (steering - 1) (v_cond - v_unsteered); the branches run as one batch.
     """
-    if cond.keys() != uncond.keys():
-        raise ValueError(f"cond and uncond need the same keys, got {sorted(cond)} and {sorted(uncond)}")
-    if guidance == 1.0:
+    steer = unsteered is not None and steering != 1.0
+    if uncond.keys() != cond.keys() or (unsteered is not None and unsteered.keys() != cond.keys()):
+        raise ValueError(f"cond, uncond and unsteered need the same keys, got {sorted(cond)} and "
+                         f"{sorted(uncond)}" + (f" and {sorted(unsteered)}" if unsteered is not None else ""))
+    if guidance == 1.0 and not steer:
         return lambda x, t: model(x, t, **cond)
-    both = {k: torch.cat([cond[k], uncond[k]]) for k in cond}
+    branches = [cond] + ([uncond] if guidance != 1.0 else []) + ([unsteered] if steer else [])
+    n = len(branches)
+    batched = {k: torch.cat([b[k] for b in branches]) for k in cond}
 
     def call(x: Tensor, t: Tensor) -> Tensor:
-        v_cond, v_uncond = model(torch.cat([x, x]), torch.cat([t, t]), **both).chunk(2)
-        return v_uncond + guidance * (v_cond - v_uncond)
+        v = model(torch.cat([x] * n), torch.cat([t] * n), **batched).chunk(n)
+        out = v[0] if guidance == 1.0 else v[1] + guidance * (v[0] - v[1])
+        return out + (steering - 1.0) * (v[0] - v[-1]) if steer else out
 
     return call

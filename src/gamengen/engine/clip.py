@@ -30,6 +30,9 @@ class Steering:
     keys: tuple[str, ...] = ()  # held through the whole clip (the generated frames are what they lead to)
     instruction: str | None = None  # an instruction caption (the INS fields: Env, Trans, Light, Act, Misc)
     prompt: np.ndarray | None = None  # (F, H, W, 3) uint8 video prompt of the clip's frames (curate/prompts.py)
+    # CFG weight on the controls against InstructNet with them off (diffusion/flow.guided); 1 = none.
+    # Ours, not the paper's: InstructNet's key path is weak (docs/gamegen_x.md), and this amplifies it.
+    guidance: float = 1.0
 
     def inputs(self, model: ClipModel) -> ControlInputs:
         """The batch-of-one ControlInputs; a UserError for an unknown key or a prompt of the wrong shape."""
@@ -78,7 +81,8 @@ def _sample(model: ClipModel, prompt: str, seed: int, context: torch.Tensor | No
             guidance: float | None, shift: float | None, steer: Steering | None = None,
             on_step: Callable[[], None] | None = None, last: int | None = None) -> np.ndarray:
     """context (X, C, h, w) clean latents or None -> uint8 (F, H, W, 3), or its last ``last`` frames.
-    With ``steer``, InstructNet steers both CFG branches alike: guidance stays on the text alone.
+    With ``steer``, InstructNet steers both CFG branches alike, and ``steer.guidance`` != 1 adds
+    guidance on the controls (a third branch with them off).
     ``on_step`` is called before each Euler step and may raise to abandon the clip (clip play does
     when the keys change)."""
     s = model.sampler
@@ -94,13 +98,17 @@ def _sample(model: ClipModel, prompt: str, seed: int, context: torch.Tensor | No
     cond = {"encoder_hidden_states": hidden.to(device), "encoder_attention_mask": mask.to(device), **meta}
     # The unconditional branch: the same tensors with no real token, which MSDiT reads as its null text.
     uncond = {**cond, "encoder_attention_mask": torch.zeros_like(cond["encoder_attention_mask"])}
-    net = model.net
+    net, unsteered = model.net, None
     if steer is not None:
-        controls = steer.inputs(model).as_kwargs()
+        if steer.guidance < 0:
+            raise UserError(f"control guidance {steer.guidance}", "use a control guidance >= 0 (1: none)")
+        given = steer.inputs(model)
+        controls = given.as_kwargs()
+        unsteered = {**cond, **given.switched_off().as_kwargs()}
         cond, uncond, net = {**cond, **controls}, {**uncond, **controls}, controlled(model.net, steer.instruct.net)
     noise = torch.randn((1, *model.latent_shape), generator=torch.Generator().manual_seed(seed)).to(device)
     ctx = None if context is None else context[None].to(device)
-    velocity = guided(net, cond, uncond, guidance)
+    velocity = guided(net, cond, uncond, guidance, unsteered, steer.guidance if steer else 1.0)
     if on_step is not None:
         def velocity(x, t, v=velocity):
             on_step()

@@ -45,6 +45,7 @@ class ControlEvalConfig:
     seed: int = 0
     steps: int | None = None  # Euler steps (None: the model's)
     guidance: float | None = None
+    control_guidance: float = 1.0  # engine/clip.Steering.guidance: CFG on the controls (1: none)
 
 
 @dataclass
@@ -214,7 +215,7 @@ def evaluate_control(model, instruct, stores: list, cfg: ControlEvalConfig, repo
                     _, diverged = replay(env, c.env_seed, c.actions, c.frames[-1])
                     real = hold(env, spec.action_set.names.index(key), gen, c.frames[-1])
                     buttons = key_buttons(spec.action_set, key)
-                    steer = Steering(instruct, buttons, instruction_for(key))
+                    steer = Steering(instruct, buttons, instruction_for(key), guidance=cfg.control_guidance)
                     steered = continue_clip(model, c.frames, c.prompt, cfg.seed, cfg.steps, cfg.guidance, steer=steer)
                     recon = through_codec(model, np.concatenate([c.frames, real[1:]]))
                     res.cases.append(Case(game, c.episode, c.t, key, camera_label(real), direction_label(steered[used - 1:]),
@@ -322,7 +323,8 @@ def evaluate_events(model, instruct, stores: list, cfg: ControlEvalConfig, repor
                     env.fire_event(names.index(ev.name))
                     real = np.concatenate([c.frames, hold(env, noop, gen, c.frames[-1])[1:]])
                     steered = continue_clip(model, c.frames, c.prompt, cfg.seed, cfg.steps, cfg.guidance,
-                                            steer=Steering(instruct, instruction=event_instruction(ev)))
+                                            steer=Steering(instruct, instruction=event_instruction(ev),
+                                                           guidance=cfg.control_guidance))
                     recon = through_codec(model, real)
                     cases.append(EventCase(spec.env_id, c.episode, c.t, ev.name, rule(real, used), rule(steered, used),
                                            rule(c.base, used), rule(recon, used), diverged))

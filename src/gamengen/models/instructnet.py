@@ -24,7 +24,7 @@ instruction, no prompt) is switched off for it exactly, by a per-sample flag, no
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from diffusers import ConfigMixin, ModelMixin
@@ -55,6 +55,11 @@ class ControlInputs:
     def as_kwargs(self) -> dict[str, torch.Tensor]:
         """Per-sample tensors by name, for diffusion/flow.guided (which batches them for CFG)."""
         return dict(self.__dict__)
+
+    def switched_off(self) -> "ControlInputs":
+        """The same batch with every control off: InstructNet's no-control branch (CFG on the controls)."""
+        return replace(self, has_keys=torch.zeros_like(self.has_keys),
+                       has_instruction=torch.zeros_like(self.has_instruction), has_prompt=torch.zeros_like(self.has_prompt))
 
 
 def latent_keys(held: torch.Tensor, compression: int) -> torch.Tensor:
