@@ -103,7 +103,13 @@ case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval D
     if [ -f carry/clip-long/gamengen_clip.json ]; then
       from=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["meta"]["train_steps"])' \
         carry/clip-long/gamengen_clip.json)
-      leg=(--init carry/clip-long --seed "$from")
+      init=runs/clip-long-init-$from  # the parked model, with the bundled text encoder it was parked without
+      if [ ! -d "$init" ]; then
+        rm -rf "$init.tmp" && cp -r carry/clip-long "$init.tmp"
+        [ -d "$init.tmp/text" ] || cp -r models/clip-doom/text "$init.tmp/text"
+        mv "$init.tmp" "$init"
+      fi
+      leg=(--init "$init" --seed "$from")
     else
       from=0; leg=(--codec "$CODEC" --text "$TEXT")
     fi
@@ -118,6 +124,11 @@ case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval D
     run=$(ls -d runs/clip-long-from-*/model 2>/dev/null | sort -t- -k4 -n | tail -1)
     [ -n "$run" ] || { echo "no leg of clip-long has written its model yet; run clip-long first" >&2; exit 2; }
     rm -rf carry/.tmp-clip-long && cp -r "$run" carry/.tmp-clip-long
+    # the text encoder is the bundled model's (TEXT=models/clip-doom/text): left out, to stay under 50 MB
+    same=$(.venv/bin/python -c 'import sys; from gamengen.models.text_encoder import CaptionEncoder as C
+from gamengen.train.clip_data import text_key as k; print(k(C.load(sys.argv[1])) == k(C.load(sys.argv[2])))' \
+      "$run/text" models/clip-doom/text)
+    if [ "$same" = True ]; then rm -rf carry/.tmp-clip-long/text; fi
     rm -rf carry/clip-long.old; [ -d carry/clip-long ] && mv carry/clip-long carry/clip-long.old
     mv carry/.tmp-clip-long carry/clip-long && rm -rf carry/clip-long.old
     echo "parked $run in carry/clip-long ($(du -sm carry/clip-long | cut -f1) MB); commit it: git add carry/clip-long"

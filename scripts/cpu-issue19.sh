@@ -14,7 +14,9 @@
 #                                      # in runs/instruct19 (prompt latents are encoded once, ~4 min a game)
 #   scripts/cpu-issue19.sh eval        # SR-C and SR-E of $RUN/model on data/heldout, CONTEXTS (default 4)
 #                                      # per game, into $RUN-control; JUDGE=DIR (an earlier `clip eval`'s
-#                                      # --out) adds SR-E for the summons its classifier knows
+#                                      # --out) adds SR-E for the summons its classifier knows; INSTRUCT=DIR
+#                                      # measures another InstructNet (models/instructnet-doom), CG=W with
+#                                      # --control-guidance W
 #
 # GG (default .venv/bin/gamengen), MODEL and RUN (default runs/instruct19) may be set; DATA=control
 # trains `instruct` on data/control instead of issue 18's data/curated.
@@ -52,8 +54,9 @@ case "${1:?usage: scripts/cpu-issue19.sh heldout|control|instruct|eval}" in
     ;;
   eval)
     stores=(); for g in "${HELDOUT[@]}"; do read -r target _ <<<"$g"; stores+=(--data "data/heldout/${target//\//-}"); done
-    OMP_NUM_THREADS=1 $GG clip eval-control --model "$MODEL" --instruct "$RUN/model" "${stores[@]}" \
-      --out "$RUN-control" --contexts "${CONTEXTS:-4}" ${JUDGE:+--classifier "$JUDGE"}
+    OMP_NUM_THREADS=${THREADS:-1} $GG clip eval-control --model "$MODEL" --instruct "${INSTRUCT:-$RUN/model}" \
+      "${stores[@]}" --out "$RUN-control" --contexts "${CONTEXTS:-4}" --control-guidance "${CG:-1}" \
+      ${JUDGE:+--classifier "$JUDGE"}
     ;;
   *) echo "unknown stage $1 (heldout, control, instruct or eval)" >&2; exit 2 ;;
 esac
