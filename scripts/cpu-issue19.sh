@@ -16,7 +16,7 @@
 #                                      # per game, into $RUN-control; JUDGE=DIR (an earlier `clip eval`'s
 #                                      # --out) adds SR-E for the summons its classifier knows; INSTRUCT=DIR
 #                                      # measures another InstructNet (models/instructnet-doom), CG=W with
-#                                      # --control-guidance W
+#                                      # --control-guidance W, THREADS (default 1) its torch threads
 #
 # GG (default .venv/bin/gamengen), MODEL and RUN (default runs/instruct19) may be set; DATA=control
 # trains `instruct` on data/control instead of issue 18's data/curated.

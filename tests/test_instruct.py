@@ -304,6 +304,12 @@ def test_eval_control_replays_the_real_game_under_each_key(clip_run, instruct, t
         assert report["sr_c"][column] is None or 0 <= report["sr_c"][column] <= 1
     assert sorted(p.name for p in (out / "strips").iterdir()) == ["toy-cursor-LEFT.png", "toy-cursor-RIGHT.png"]
     assert "| chance | 0.25 |" in (out / "report.md").read_text()
+    # a negative control guidance is refused before any case is generated: one line, exit 2, no folder
+    res = cli("clip", "eval-control", "--model", clip_run / "run" / "model", "--instruct", instruct / "model",
+              "--data", clip_run / "store", "--out", tmp_path / "bad", "--control-guidance", -1)
+    err = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(err) == 1 and "control guidance -1" in err[0], res.stderr
+    assert not (tmp_path / "bad").exists()
     from gamengen.cli.clip import CONTROL_KEYS
     from gamengen.eval.control import KEYS
 

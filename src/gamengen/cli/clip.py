@@ -14,6 +14,9 @@ import typer
 from ..errors import UserError
 from .common import app, console, interactive_threads, progress_bar, step_reporter
 
+CONTROL_GUIDANCE = typer.Option(1.0, help="CFG weight on InstructNet's controls against the same InstructNet "
+                                          "with them off (1: none; ours, not the paper's).")
+
 clip_app = typer.Typer(no_args_is_help=True, help="GameGen-X clips: train the clip model, make clips from text, "
                                                   "continue recorded play.")
 app.add_typer(clip_app, name="clip")
@@ -270,8 +273,7 @@ def continue_(
     seed: int = typer.Option(0),
     steps: Optional[int] = typer.Option(None),
     guidance: Optional[float] = typer.Option(None),
-    control_guidance: float = typer.Option(1.0, help="CFG weight on InstructNet's controls against the same "
-                                                     "InstructNet with them off (1: none; ours, not the paper's)."),
+    control_guidance: float = CONTROL_GUIDANCE,
     png: bool = typer.Option(False, "--png", help="Also write the frames side by side to OUT with .png."),
 ):
     """Continue recorded play: its frames held as context (§3.3's frame mask), the rest generated; with
@@ -394,8 +396,7 @@ def eval_control(
     seed: int = typer.Option(0),
     steps: Optional[int] = typer.Option(None),
     guidance: Optional[float] = typer.Option(None),
-    control_guidance: float = typer.Option(1.0, help="CFG weight on InstructNet's controls against the same "
-                                                     "InstructNet with them off (1: none; ours, not the paper's)."),
+    control_guidance: float = CONTROL_GUIDANCE,
     classifier: Optional[Path] = typer.Option(None, "--classifier", help="The judge of an earlier `clip eval` (its "
                                                                          "--out folder): SR-E for the summons it knows."),
 ):

@@ -22,6 +22,12 @@ from ..models.instruct_model import InstructModel
 from ..models.instructnet import ControlInputs, controlled, latent_keys
 
 
+def check_control_guidance(weight: float) -> None:
+    """A UserError for a negative control guidance (it would push the clip away from its controls)."""
+    if weight < 0:
+        raise UserError(f"control guidance {weight}", "use a control guidance >= 0 (1: none)")
+
+
 @dataclass
 class Steering:
     """InstructNet's control of one continuation (§3.4); each part optional."""
@@ -33,6 +39,9 @@ class Steering:
     # CFG weight on the controls against InstructNet with them off (diffusion/flow.guided); 1 = none.
     # Ours, not the paper's: InstructNet's key path is weak (docs/gamegen_x.md), and this amplifies it.
     guidance: float = 1.0
+
+    def __post_init__(self):
+        check_control_guidance(self.guidance)
 
     def inputs(self, model: ClipModel) -> ControlInputs:
         """The batch-of-one ControlInputs; a UserError for an unknown key or a prompt of the wrong shape."""
@@ -100,8 +109,6 @@ def _sample(model: ClipModel, prompt: str, seed: int, context: torch.Tensor | No
     uncond = {**cond, "encoder_attention_mask": torch.zeros_like(cond["encoder_attention_mask"])}
     net, unsteered = model.net, None
     if steer is not None:
-        if steer.guidance < 0:
-            raise UserError(f"control guidance {steer.guidance}", "use a control guidance >= 0 (1: none)")
         given = steer.inputs(model)
         controls = given.as_kwargs()
         unsteered = {**cond, **given.switched_off().as_kwargs()}

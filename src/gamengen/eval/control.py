@@ -47,6 +47,11 @@ class ControlEvalConfig:
     guidance: float | None = None
     control_guidance: float = 1.0  # engine/clip.Steering.guidance: CFG on the controls (1: none)
 
+    def __post_init__(self):
+        from ..engine.clip import check_control_guidance
+
+        check_control_guidance(self.control_guidance)  # before any case is generated
+
 
 @dataclass
 class Case:
