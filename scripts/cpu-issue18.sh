@@ -26,7 +26,9 @@
 #   scripts/cpu-issue18.sh clip-long  # the images lever on CODEC (2 threads, MINUTES per call, default 60),
 #                                     # trained across sessions in legs: a leg starts from the last leg's
 #                                     # model parked in carry/clip-long (--init: a fresh optimizer; seed = its
-#                                     # steps, so no leg repeats another's batches), in runs/clip-long-from-S
+#                                     # steps, so no leg repeats another's batches), in runs/clip-long-from-S;
+#                                     # from step 6,538 on, a leg exports its weights' moving average (clip
+#                                     # train's default --ema-decay); scripts/clip_last_weights.py gives the last
 #   scripts/cpu-issue18.sh clip-park  # the newest leg's model -> carry/clip-long (commit it: git add carry/clip-long)
 #   scripts/cpu-issue18.sh eval RUN   # `clip eval` of RUN/model on every game into RUN-eval, CLIPS (default 4)
 #                                     # prompts per game; JUDGE=EVAL_DIR reuses an earlier eval's judge

@@ -92,6 +92,28 @@ def test_a_run_in_pieces_equals_one_run(trained, tmp_path):
     assert snapshot(tmp_path / "whole") == before
 
 
+def test_the_export_is_the_moving_average_and_the_checkpoint_the_last_weights(trained, tmp_path):
+    """With an EMA the model folder holds the average and the checkpoint the last weights; with
+    --ema-decay 0 they are the same; a run started before the EMA existed resumes without one."""
+    from gamengen.train import checkpoint
+    from gamengen.train.clip import ClipTrainConfig, train_clip
+
+    def run(out, **kw):
+        cfg = ClipTrainConfig.from_preset("tiny", steps=6, checkpoint_every=3, **kw)
+        model = train_clip(trained / "clips", out, cfg, codec=trained / "vae" / "model", text=trained / "run" / "text")
+        return model.net.state_dict(), checkpoint.load_latest(out / "checkpoints", pytest.fail)["model"]
+
+    export, last = run(tmp_path / "ema")
+    assert not all(torch.equal(export[k], last[k]) for k in export)
+    assert "moving average" in (tmp_path / "ema" / "model" / "README.md").read_text()
+    export, last = run(tmp_path / "plain", ema_decay=0.0)
+    assert all(torch.equal(export[k], last[k]) for k in export)
+    settings = json.loads((tmp_path / "plain" / "config.json").read_text())
+    del settings["ema_decay"]  # as written before the EMA
+    (tmp_path / "plain" / "config.json").write_text(json.dumps(settings))
+    run(tmp_path / "plain", ema_decay=0.0)
+
+
 def test_several_clip_datasets_train_as_one(trained, tmp_path):
     """`clip train --data A --data B`: one model on both (one dataset per game); datasets of another
     clip size are refused in one line before any write."""

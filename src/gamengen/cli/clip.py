@@ -140,6 +140,8 @@ def train(
                                                  "cross-attention (not in the paper; docs/gamegen_x.md)."),
     image_share: float = typer.Option(0.0, help="Share of steps that train on single frames (each clip's first; "
                                                 "batch size x latent frames of them): §3.5's length buckets."),
+    ema_decay: Optional[float] = typer.Option(None, help="The exported weights are their moving average with this "
+                                                         "decay (default 0.999; 0: the last weights)."),
     init: Optional[Path] = typer.Option(None, "--init", help="A clip model folder (same preset and --pooled-text) "
                                                              "whose MSDiT a new run starts from, with a fresh "
                                                              "optimizer; --codec and --text default to its own."),
@@ -148,7 +150,7 @@ def train(
     from ..train.clip import ClipTrainConfig, train_clip
 
     given = {"steps": steps, "batch_size": batch_size, "learning_rate": learning_rate, "text_steps": text_steps,
-             "checkpoint_every": checkpoint_every, "max_minutes": max_minutes}
+             "checkpoint_every": checkpoint_every, "max_minutes": max_minutes, "ema_decay": ema_decay}
     cfg = ClipTrainConfig.from_preset(preset, seed=seed, captions=captions, bf16=bf16, pooled_text=pooled_text,
                                       image_share=image_share, init=str(init.resolve()) if init else None,
                                       **{k: v for k, v in given.items() if v is not None})

@@ -65,6 +65,10 @@ class ClipTrainConfig:
     batch_size: int = 8
     learning_rate: float = 5e-4  # §3.5, §4.4: Adam, fixed
     grad_clip: float = 1.0  # the paper gives none; OpenSora, whose recipe GameGen-X follows, clips at 1
+    # The exported model holds an exponential moving average of the weights (0: the last weights). The
+    # paper names none; OpenSora keeps one (0.9999 over far more steps). At a fixed learning rate the last
+    # weights are noisy, and samples show it (docs/gamegen_x.md measures both).
+    ema_decay: float = 0.999
     text_dropout: float = 0.25  # §3.5: drop the text 25% of the time, for classifier-free guidance
     continuation: float = 0.25  # §3.5: 75% text-to-video, 25% video continuation
     timesteps: str = "logit_normal"  # diffusion/flow.sample_t: SD3's draw; "uniform" is plain rectified flow
@@ -100,6 +104,8 @@ class ClipTrainConfig:
                 or self.learning_rate <= 0):
             raise UserError("text dropout, continuation and image shares must be in [0, 1], the learning rate > 0",
                             "fix the training settings")
+        if not 0 <= self.ema_decay < 1:
+            raise UserError(f"EMA decay {self.ema_decay} is not in [0, 1)", "pass --ema-decay 0.999, or 0 for none")
         if self.captions not in CAPTION_KINDS:
             raise UserError(f"unknown caption kind '{self.captions}'", "use structured or short")
         if self.timesteps not in ("logit_normal", "uniform"):
@@ -238,6 +244,10 @@ def _init_model(cfg: ClipTrainConfig, codec: ClipCodec, encoder: CaptionEncoder,
     return other
 
 
+def _upgrade(old: dict) -> None:
+    old.setdefault("ema_decay", 0.0)  # runs from before the EMA exported their last weights
+
+
 def train_clip(clips: str | Path | list, out: str | Path, cfg: ClipTrainConfig, report: Report = lambda s, n, loss: None,
                warn: Callable[[str], None] = print, codec: str | Path | None = None, text: str | Path | None = None,
                *, stage: Callable[[str], None] = lambda message: None) -> ClipModel:
@@ -257,7 +267,8 @@ def train_clip(clips: str | Path | list, out: str | Path, cfg: ClipTrainConfig, 
     init_steps = init.meta.train_steps if init else 0
     fresh = not out.exists()
     run = RunFolder(out, {**dataclasses.asdict(cfg), "data": data[0] if len(data) == 1 else data, "codec": str(codec_dir.resolve()),
-                          "text": str(text_dir.resolve()) if text_dir else None}, keep=cfg.keep_checkpoints).open()
+                          "text": str(text_dir.resolve()) if text_dir else None}, keep=cfg.keep_checkpoints,
+                    upgrade=_upgrade).open()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:  # a caption the text encoder refuses (too long) is found only here: leave no new run behind
         encoder = given or _own_text_encoder(cfg, out / "text", captions, stage)
@@ -276,10 +287,17 @@ def train_clip(clips: str | Path | list, out: str | Path, cfg: ClipTrainConfig, 
                        "pooled_text": cfg.pooled_text})
     net.to(device)
     opt = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate)
-    done, losses, _ = run.resume_into(net, opt, warn)  # every draw is keyed by step: no RNG state to restore
+    done, losses, state = run.resume_into(net, opt, warn)  # every draw is keyed by step: no RNG state to restore
     if init is not None and not done:
         net.load_state_dict(init.net.state_dict())
     del init  # its weights are in net now
+    ema = None
+    if cfg.ema_decay:
+        from diffusers.training_utils import EMAModel
+
+        ema = EMAModel(net.parameters(), decay=cfg.ema_decay)  # from the first weights (init's, if given)
+        if state is not None:
+            ema.load_state_dict(state["ema"])
     dataset = ({"path": data[0], "source": ds.info.get("source"), "clips": len(ds)} if len(sets) == 1 else
                {"paths": data, "sources": [d.info.get("source") for d in sets], "clips": len(latents)})
     meta = ClipModelMeta(ds.clip_frames, ds.fps, ds.height, ds.width, _env_ids(sets, clip_codec), dataset,
@@ -288,7 +306,7 @@ def train_clip(clips: str | Path | list, out: str | Path, cfg: ClipTrainConfig, 
                           "ae": clip_codec.frame.meta.get("preset")},
                          {"text_dropout": cfg.text_dropout, "continuation": cfg.continuation,
                           "timesteps": cfg.timesteps, "captions": cfg.captions, "learning_rate": cfg.learning_rate, "batch_size": cfg.batch_size,
-                          "image_share": cfg.image_share})
+                          "image_share": cfg.image_share, "ema_decay": cfg.ema_decay})
     model = ClipModel(net, clip_codec, encoder, meta)
     L, r = shape[0], clip_codec.vae.temporal_compression
     per_step = {n: cfg.batch_size * L // n for n in {1, L}}  # samples of n latent frames: the tokens of batch_size clips
@@ -302,12 +320,16 @@ def train_clip(clips: str | Path | list, out: str | Path, cfg: ClipTrainConfig, 
             return batch_loss(net, make_batch(draws, latents, features, device), cond[n])
 
     done = run_steps(run, net, opt, done, losses, cfg.steps, step_loss, report, grad_clip=cfg.grad_clip,
-                     checkpoint_every=cfg.checkpoint_every, max_minutes=cfg.max_minutes)
+                     checkpoint_every=cfg.checkpoint_every, max_minutes=cfg.max_minutes, ema=ema)
+    if ema is not None:
+        ema.copy_to(net.parameters())  # the export is the average; the last weights stay in the checkpoint
     net.eval().requires_grad_(False)
     model.meta.train_steps = init_steps + done
     note = "\nTrained on the clip dataset" + ("s " if len(clips) > 1 else " ") + ", ".join(f"`{c}`" for c in clips) + ".\n"
     if cfg.init:
-        note += (f"Started from the MSDiT of `{cfg.init}` ({init_steps} steps), then trained {done} steps with a "
-                 "fresh optimizer.\n")
+        note += (f"Started from the MSDiT of `{Path(cfg.init).name}` ({init_steps} steps), then trained {done} "
+                 "steps with a fresh optimizer.\n")
+    if ema is not None:
+        note += f"Its weights are the exponential moving average of training's (decay {cfg.ema_decay:g}).\n"
     model.save_pretrained(out / "model", model.default_card() + note)
     return model

@@ -99,8 +99,9 @@ def descend(loss, optimizer, params, grad_clip: float) -> None:
 
 def run_steps(run: RunFolder, net, opt, done: int, losses: list[float], steps: int, step_loss: Callable[[int], object],
               report: Callable[[int, int, float], None], *, grad_clip: float, checkpoint_every: int,
-              max_minutes: float | None) -> int:
-    """The loop of a run whose state is its model, optimizer and losses: from step ``done`` to ``steps``,
+              max_minutes: float | None, ema=None) -> int:
+    """The loop of a run whose state is its model, optimizer, losses and, if given, ``ema`` (a diffusers
+    EMAModel of ``net``, stepped after every descent, checkpointed as "ema"): from step ``done`` to ``steps``,
     descend ``step_loss(step)`` (a scalar tensor); checkpoint every ``checkpoint_every`` steps, at the
     last, and when ``max_minutes`` have passed (then stop). -> the steps done."""
     report(done, steps, losses[-1] if losses else float("nan"))
@@ -108,16 +109,34 @@ def run_steps(run: RunFolder, net, opt, done: int, losses: list[float], steps: i
     while done < steps:
         loss = step_loss(done)
         descend(loss, opt, net.parameters(), grad_clip)
+        if ema is not None:
+            ema.step(net.parameters())
         done += 1
         losses.append(loss.item())
         report(done, steps, losses[-1])
         late = deadline.passed()
         if done % checkpoint_every == 0 or done == steps or late:
-            run.save(done, {"step": done, "model": net.state_dict(), "optimizer": opt.state_dict(), "losses": losses})
+            state = {"step": done, "model": net.state_dict(), "optimizer": opt.state_dict(), "losses": losses}
+            run.save(done, state if ema is None else {**state, "ema": ema.state_dict()})
             run.write_losses(losses)
         if late:
             break
     return done
+
+
+class ema_weights:
+    """Temporarily swap the EMA weights into the network (for samples and the exported model)."""
+
+    def __init__(self, ema, net):
+        self.ema, self.net = ema, net
+
+    def __enter__(self):
+        self.ema.store(self.net.parameters())
+        self.ema.copy_to(self.net.parameters())
+        self.net.eval()
+
+    def __exit__(self, *exc):
+        self.ema.restore(self.net.parameters())
 
 
 def end_step(run: RunFolder, deadline: "Deadline", done: int, last: int, every: int, state: Callable[[], dict],

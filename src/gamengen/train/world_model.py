@@ -33,7 +33,7 @@ from ..diffusion.denoiser import Denoiser, DenoiserConfig, TrainingNoise
 from ..errors import UserError
 from ..models.world_model import SamplerConfig, WorldModel, WorldModelMeta
 from . import checkpoint
-from .run import Deadline, RunFolder
+from .run import Deadline, RunFolder, ema_weights
 
 # Network sizes per preset. `cpu` is sized for real-time play on 2 cores (issue 7 measured it;
 # docs/performance.md); `paper` is SD-1.4's U-Net (§4.2) at 320x256; `tiny` exists for tests.
@@ -352,21 +352,6 @@ def _init_model(cfg: TrainConfig, codec, actions: list[str]) -> WorldModel | Non
         raise UserError(f"the world model in {folder} is a {other.meta.preset} network with context "
                         f"{other.meta.context}, not this run's {cfg.preset} with context {cfg.context}", fix)
     return other
-
-
-class ema_weights:
-    """Temporarily swap the EMA weights into the network (for samples and the exported model)."""
-
-    def __init__(self, ema, net):
-        self.ema, self.net = ema, net
-
-    def __enter__(self):
-        self.ema.store(self.net.parameters())
-        self.ema.copy_to(self.net.parameters())
-        self.net.eval()
-
-    def __exit__(self, *exc):
-        self.ema.restore(self.net.parameters())
 
 
 def export_model(net, codec, out: Path, cfg: TrainConfig, spec, steps: int, data: Path, init_steps: int = 0) -> None:
