@@ -316,6 +316,36 @@ def test_eval_control_replays_the_real_game_under_each_key(clip_run, instruct, t
     assert CONTROL_KEYS == KEYS  # the command's default keys are the evaluation's
 
 
+def test_clip_eval_with_instructnet_attached_changes_only_the_continuations(clip_run, instruct, tmp_path):
+    """Issue 19's third target is measured by `clip eval --instruct`: the same judge, prompts and noise,
+    the continuations through InstructNet with every control off, text-to-clip the base's alone."""
+    model, clips = clip_run / "run" / "model", clip_run / "clips"
+    fast = ["--clips-per-game", 2, "--steps", 2, "--classifier-steps", 20]
+    cli("clip", "eval", "--model", model, "--data", clips, "--out", tmp_path / "base", *fast, check=True)
+    cli("clip", "eval", "--model", model, "--data", clips, "--out", tmp_path / "attached", *fast,
+        "--classifier", tmp_path / "base", "--instruct", instruct / "model", check=True)
+    a, b = (json.loads((tmp_path / f / "report.json").read_text()) for f in ("base", "attached"))
+    assert a["model"]["instruct"] is None and b["model"]["instruct"] == str(instruct / "model")
+    assert a["motion"]["text_to_clip"] == b["motion"]["text_to_clip"]  # the same clips, bit for bit
+    assert a["motion"]["codec"] == b["motion"]["codec"]
+    made = [c["mean_flow"] for c in b["motion"]["continuation"]["per_clip"]]
+    assert made != [c["mean_flow"] for c in a["motion"]["continuation"]["per_clip"]]  # InstructNet ran
+    assert "ran through the InstructNet" in (tmp_path / "attached" / "report.md").read_text()
+    other = tmp_path / "other-base"  # an InstructNet trained beside another model: one line, exit 2, nothing written
+    shutil.copytree(model, other)
+    weights = next((other / "msdit").glob("*.safetensors"))
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(weights)
+    state["proj_out.bias"] = state["proj_out.bias"] + 1e-3
+    save_file(state, weights)
+    res = cli("clip", "eval", "--model", other, "--data", clips, "--out", tmp_path / "bad", *fast,
+              "--instruct", instruct / "model")
+    err = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(err) == 1 and "trained beside another clip model" in err[0], res.stderr
+    assert not (tmp_path / "bad").exists()
+
+
 def test_the_sr_e_picture_rule_sees_each_lighting_event_in_the_real_game(tmp_path):
     """SR-E's rule on real ViZDoom frames: replayed to a recorded frame, the tint events fired show, and
     the same chunk without an event shows none."""

@@ -363,6 +363,9 @@ def eval_(
                                                                          "`clip eval` (its --out folder)."),
     i3d: Optional[Path] = typer.Option(None, help="TorchScript I3D for FVD (default ~/.cache/gamengen/"
                                                   "i3d_torchscript.pt; never downloaded)."),
+    instruct: Optional[Path] = typer.Option(None, "--instruct", help="An InstructNet trained beside --model: the "
+                                                                     "continuations run through it with no control "
+                                                                     "given (does attaching it change the figures?)."),
 ):
     """Evaluate a clip model offline: caption-field accuracy, continuation consistency, dynamic degree and
     motion smoothness against real held-out clips (FID, FVD and learned scores: unavailable without weights)."""
@@ -376,7 +379,7 @@ def eval_(
     changes = {"steps": classifier_steps} if classifier_steps is not None else {}
     cfg = ClipEvalConfig(clips_per_game, seed, steps, guidance, i3d=str(i3d) if i3d else None,
                          classifier=ClassifierConfig(seed=seed, **changes))
-    inputs = check_inputs(model, list(data), out, cfg, classifier)
+    inputs = check_inputs(model, list(data), out, cfg, classifier, instruct)
     res, pictures, clf = evaluate_clips(inputs, cfg, bar=progress_bar)
     write_results(out, res, pictures, clf, "gamengen " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     for line in summary(res):

@@ -87,6 +87,9 @@ class Inputs:
     labels: list[str]  # per dataset: its game (``game_label``)
     split_by: list[str]  # per dataset: "episode", "clip" or "classifier" (an earlier eval's split)
     classifier: ClipClassifier | None  # given with --classifier
+    # An InstructNet trained beside the model (--instruct): the continuations run through it with no
+    # control given (issue 19's check that attaching it leaves the base's figures as they were).
+    instruct: Path | None = None
 
 
 # -- inputs: every refusal before any work ------------------------------------------------------------
@@ -104,7 +107,7 @@ def _fingerprint(ds: ClipDataset) -> str:
 
 
 def check_inputs(model_dir: Path, data: list[Path], out: Path, cfg: ClipEvalConfig,
-                 classifier_dir: Path | None = None) -> Inputs:
+                 classifier_dir: Path | None = None, instruct_dir: Path | None = None) -> Inputs:
     """Open and check everything; a UserError (one line) for anything wrong, before anything is written."""
     from ..models.clip_model import ClipModel
     from ..train.clip import open_datasets
@@ -149,7 +152,8 @@ def check_inputs(model_dir: Path, data: list[Path], out: Path, cfg: ClipEvalConf
     if classifier is not None and sorted(classifier.games) != sorted(games):
         raise UserError(f"the classifier in {classifier_dir} knows the games {', '.join(classifier.games)}; the "
                         f"datasets are of {', '.join(games)}", "pass the same games, or leave out --classifier")
-    return Inputs(Path(model_dir), paths, sets, list(games.values()), labels, split_by, classifier)
+    return Inputs(Path(model_dir), paths, sets, list(games.values()), labels, split_by, classifier,
+                  None if instruct_dir is None else Path(instruct_dir))
 
 
 def _split(ds: ClipDataset, path: Path, classifier: ClipClassifier | None, cfg: ClipEvalConfig):
@@ -221,8 +225,11 @@ def heldout_order(game: Game, cfg: ClipEvalConfig) -> list[tuple[int, int]]:
     return [game.heldout[j] for j in rng.permutation(len(game.heldout))]
 
 
-def make_clips(model, inp: Inputs, games: list[str], cfg: ClipEvalConfig, advance=lambda n: None) -> list[Clip]:
-    """Generate from each evaluated clip's caption, continue it, and reconstruct it through the codec."""
+def make_clips(model, inp: Inputs, games: list[str], cfg: ClipEvalConfig, advance=lambda n: None,
+               steer=None) -> list[Clip]:
+    """Generate from each evaluated clip's caption, continue it, and reconstruct it through the codec.
+    ``steer`` (engine.clip.Steering): InstructNet in the continuations, as `clip continue --instruct` runs
+    it; text-to-clip is the base's alone, as in `clip play` (stage 2 trains InstructNet on continuation only)."""
     from ..engine.clip import context_frames_used, continue_clip, generate
     from ..train.clip import caption_of
     from ..train.world_model import seed_of
@@ -238,7 +245,7 @@ def make_clips(model, inp: Inputs, games: list[str], cfg: ClipEvalConfig, advanc
                 codec = model.codec.decode_clip(model.codec.encode_clip(real))
             made = generate(model, prompt, seed, cfg.steps, cfg.guidance)
             advance(1)
-            continued = continue_clip(model, real[:used], prompt, seed, cfg.steps, cfg.guidance)
+            continued = continue_clip(model, real[:used], prompt, seed, cfg.steps, cfg.guidance, steer=steer)
             advance(1)
             clips.append(Clip(games.index(game.label), d, i, prompt, seed, real, codec, made, continued, used))
     return clips
@@ -366,13 +373,19 @@ def evaluate_clips(inp: Inputs, cfg: ClipEvalConfig, bar: Callable = _null_bar, 
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     model = ClipModel.from_pretrained(inp.model_dir, device)
+    steer = None
+    if inp.instruct is not None:  # every control off: what attaching InstructNet alone does
+        from ..engine.clip import Steering
+        from ..models.instruct_model import InstructModel
+
+        steer = Steering(InstructModel.from_pretrained(inp.instruct, model, device))  # refuses another base's
     clf = inp.classifier
     if clf is None:
         with bar("classifier", cfg.classifier.steps) as advance:
             clf = fit_classifier(inp, cfg, lambda s, n, loss: advance(1))
     total = sum(min(cfg.clips_per_game, len(g.heldout)) for g in inp.games)
     with bar("clips (text-to-clip, continuation)", 2 * total) as advance:
-        clips = make_clips(model, inp, clf.games, cfg, advance)
+        clips = make_clips(model, inp, clf.games, cfg, advance, steer)
     res = measure(clf, inp, clips, cfg)
     res["unavailable"] = unavailable(clips, cfg)
     res.update(about(model, inp, clf, cfg))

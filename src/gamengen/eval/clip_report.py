@@ -61,7 +61,7 @@ def about(model, inp, clf, cfg) -> dict:
 
     return {"format": "gamengen-clip-eval", "version": 1, "config": asdict(cfg), "heldout_note": note,
             "model": {"path": str(inp.model_dir), "train_steps": m.train_steps, "env_ids": m.env_ids,
-                      "dataset": m.dataset,
+                      "dataset": m.dataset, "instruct": None if inp.instruct is None else str(inp.instruct),
                       "sampler": {"steps": cfg.steps or s.steps, "shift": s.shift,
                                   "guidance": s.guidance if cfg.guidance is None else cfg.guidance}},
             "datasets": [{"path": str(p), "game": label, "clips": len(ds), "split_by": by,
@@ -182,7 +182,10 @@ def markdown(res: dict, pictures: list[str], command: str) -> str:
     m = res["model"]
     lines = ["# Clip model evaluation (offline)", "", f"`{command}`", "",
              f"Model `{m['path']}`, {m['train_steps']} training steps; sampled with {m['sampler']['steps']} Euler "
-             f"steps, CFG {m['sampler']['guidance']}, seed {res['config']['seed']}. {res['heldout_note']}", "",
+             f"steps, CFG {m['sampler']['guidance']}, seed {res['config']['seed']}. {res['heldout_note']}" +
+             (f" The continuations ran through the InstructNet `{m['instruct']}` with no control given (keys, "
+              "instruction and video prompt off); text-to-clip is the model's alone." if m.get("instruct") else ""),
+             "",
              "| game | dataset | clips | classifier-train | held-out | split by |", "|---|---|---|---|---|---|"]
     lines += [f"| {d['game']} | `{d['path']}` | {d['clips']} | {d['classifier_train']} | {d['heldout']} | "
               f"{d['split_by']} |" for d in res["datasets"]]
