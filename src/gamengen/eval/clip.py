@@ -88,7 +88,7 @@ class Inputs:
     split_by: list[str]  # per dataset: "episode", "clip" or "classifier" (an earlier eval's split)
     classifier: ClipClassifier | None  # given with --classifier
     # An InstructNet trained beside the model (--instruct): the continuations run through it with no
-    # control given (issue 19's check that attaching it leaves the base's figures as they were).
+    # control given (does attaching it, and no more, change the base's figures?).
     instruct: Path | None = None
 
 
