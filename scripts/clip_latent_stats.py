@@ -21,9 +21,8 @@ import json
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from gamengen.diffusion.flow import euler_sample, guided
+from gamengen.engine.clip import sample_latents
 from gamengen.models.clip_model import ClipModel
 
 
@@ -35,16 +34,9 @@ def figures(latents: np.ndarray) -> str:
 
 
 def sample(model: ClipModel, prompts: list[str], steps: int, cfg: float, shift: float) -> np.ndarray:
-    out = []
-    for seed, prompt in enumerate(prompts):
-        hidden, mask = model.encode_text(prompt)
-        cond = {"encoder_hidden_states": hidden, "encoder_attention_mask": mask, **model.conditions(1)}
-        uncond = {**cond, "encoder_attention_mask": torch.zeros_like(mask)}
-        noise = torch.randn((1, *model.latent_shape), generator=torch.Generator().manual_seed(seed))
-        with torch.no_grad():
-            out.append(euler_sample(guided(model.net, cond, uncond, cfg, None, 1.0), noise, None,
-                                    steps=steps, shift=shift)[0].numpy())
-    return np.stack(out)
+    """Text-to-clip latents (N, L, C, h, w) of ``prompts``, seeds 0..N-1, as `clip generate` samples them."""
+    return np.stack([sample_latents(model, prompt, seed, None, steps, cfg, shift)[0].cpu().numpy()
+                     for seed, prompt in enumerate(prompts)])
 
 
 def main() -> None:

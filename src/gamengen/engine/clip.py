@@ -86,10 +86,10 @@ def context_frames_used(model: ClipModel, given: int) -> int:
 
 
 @torch.inference_mode()
-def _sample(model: ClipModel, prompt: str, seed: int, context: torch.Tensor | None, steps: int | None,
-            guidance: float | None, shift: float | None, steer: Steering | None = None,
-            on_step: Callable[[], None] | None = None, last: int | None = None) -> np.ndarray:
-    """context (X, C, h, w) clean latents or None -> uint8 (F, H, W, 3), or its last ``last`` frames.
+def sample_latents(model: ClipModel, prompt: str, seed: int, context: torch.Tensor | None, steps: int | None,
+                   guidance: float | None, shift: float | None, steer: Steering | None = None,
+                   on_step: Callable[[], None] | None = None) -> torch.Tensor:
+    """context (X, C, h, w) clean latents or None -> the sampled clip's latents (1, L, C, h, w), scaled.
     With ``steer``, InstructNet steers both CFG branches alike, and ``steer.guidance`` != 1 adds
     guidance on the controls (a third branch with them off).
     ``on_step`` is called before each Euler step and may raise to abandon the clip (clip play does
@@ -120,7 +120,15 @@ def _sample(model: ClipModel, prompt: str, seed: int, context: torch.Tensor | No
         def velocity(x, t, v=velocity):
             on_step()
             return v(x, t)
-    x0 = euler_sample(velocity, noise, ctx, steps=steps, shift=shift)
+    return euler_sample(velocity, noise, ctx, steps=steps, shift=shift)
+
+
+@torch.inference_mode()
+def _sample(model: ClipModel, prompt: str, seed: int, context: torch.Tensor | None, steps: int | None,
+            guidance: float | None, shift: float | None, steer: Steering | None = None,
+            on_step: Callable[[], None] | None = None, last: int | None = None) -> np.ndarray:
+    """sample_latents, decoded: uint8 (F, H, W, 3), or its last ``last`` frames."""
+    x0 = sample_latents(model, prompt, seed, context, steps, guidance, shift, steer, on_step)
     F = model.meta.frames
     return model.codec.decode_clip(x0[0], first=0 if last is None else F - last)  # (L, C, h, w) -> (F, H, W, 3)
 
