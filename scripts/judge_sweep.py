@@ -22,11 +22,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gamengen.eval.clip import ClipEvalConfig, check_inputs, fit_classifier
+from gamengen.eval.clip import CONTEXT_FRAMES, ClipEvalConfig, check_inputs, fit_classifier
 from gamengen.eval.clip_classifier import META, ClassifierConfig
-
-CONTEXT = 5  # the context frames of a 17-frame continuation (engine.clip.context_frames_used)
-
 
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -53,7 +50,7 @@ def main() -> None:
             for d, i in game.heldout:
                 frames = inp.sets[d].frames(i)  # (F, H, W, 3) uint8
                 mine.append(clf.predict(frames).game == k)
-                agree.append(clf.predict(frames[:CONTEXT]).game == clf.predict(frames[CONTEXT:]).game)
+                agree.append(clf.predict(frames[:CONTEXT_FRAMES]).game == clf.predict(frames[CONTEXT_FRAMES:]).game)
             per_game[game.label] = round(float(np.mean(mine)), 3)
             hits += mine
     print(json.dumps({"judge": str(a.judge), "config": clf.config.__dict__, "final_loss": clf.loss,
