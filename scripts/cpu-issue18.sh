@@ -30,8 +30,13 @@
 #                                     # from step 6,538 on, a leg exports its weights' moving average (clip
 #                                     # train's default --ema-decay); scripts/clip_last_weights.py gives the last
 #   scripts/cpu-issue18.sh clip-park  # the newest leg's model -> carry/clip-long (commit it: git add carry/clip-long)
-#   scripts/cpu-issue18.sh eval RUN   # `clip eval` of RUN/model on every game into RUN-eval, CLIPS (default 4)
-#                                     # prompts per game; JUDGE=EVAL_DIR reuses an earlier eval's judge
+#   scripts/cpu-issue18.sh leg NAME [FLAGS]  # an A/B leg of clip-long: STEPS (default 800) steps of one thread
+#                                     # from the parked model with extra clip-train FLAGS (e.g. --context-noise
+#                                     # 0.4), the last weights exported, in runs/leg-NAME; every leg draws the
+#                                     # same batches (seed = the parked steps), so two legs differ by FLAGS only
+#   scripts/cpu-issue18.sh eval RUN   # `clip eval` of RUN/model on every game into OUT (default RUN-eval), CLIPS
+#                                     # (default 4) prompts per game; JUDGE=EVAL_DIR reuses an earlier eval's
+#                                     # judge; CHAIN=K chains K more continuations, CN=S shows contexts at S
 #
 # GG (default .venv/bin/gamengen), AE and MINUTES (each stage has its default) may be set; CODEC and TEXT
 # (default runs/vvae/model, runs/clip-text) name the codec and caption T5 the clip models train on:
@@ -44,7 +49,29 @@ CODEC=${CODEC:-runs/vvae/model}
 TEXT=${TEXT:-runs/clip-text}
 stores=(); for d in data/clips/*/; do stores+=(--data "$d"); done
 data=(); for d in data/curated/*/; do data+=(--data "$d"); done
-case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval DIR|ae|ae-long|vae|train|lever L|clip-long|clip-park|eval RUN}" in
+
+parked_leg() {  # sets from and leg: clip train's flags to start from the parked model (or from scratch)
+  if [ -f carry/clip-long/gamengen_clip.json ]; then
+    from=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["meta"]["train_steps"])' \
+      carry/clip-long/gamengen_clip.json)
+    local init=runs/clip-long-init-$from  # the parked model, with the bundled text encoder it was parked without
+    if [ ! -d "$init" ]; then
+      rm -rf "$init.tmp" && cp -r carry/clip-long "$init.tmp"
+      [ -d "$init.tmp/text" ] || cp -r models/clip-doom/text "$init.tmp/text"
+      mv "$init.tmp" "$init"
+    fi
+    leg=(--init "$init" --seed "$from")
+  else
+    from=0; leg=(--codec "$CODEC" --text "$TEXT")
+  fi
+}
+
+linked_cache() {  # every leg reads one latent and text cache (keyed by codec, text encoder and data):
+  # encoding 5,193 clips takes about half an hour, once per machine
+  mkdir -p runs/clip-long-cache "$1"
+  [ -e "$1/cache" ] || ln -s ../clip-long-cache "$1/cache"
+}
+case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval DIR|ae|ae-long|vae|train|lever L|clip-long|clip-park|leg NAME|eval RUN}" in
   record) WORKERS=${WORKERS:-2} scripts/record-clips.sh ;;  # the docs' figures are of the two-worker data
   curate)
     for store in data/clips/*/; do
@@ -102,25 +129,18 @@ case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval D
       --preset cpu --steps 100000 --bf16 $flags --max-minutes "${MINUTES:-25}"
     ;;
   clip-long)
-    if [ -f carry/clip-long/gamengen_clip.json ]; then
-      from=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["meta"]["train_steps"])' \
-        carry/clip-long/gamengen_clip.json)
-      init=runs/clip-long-init-$from  # the parked model, with the bundled text encoder it was parked without
-      if [ ! -d "$init" ]; then
-        rm -rf "$init.tmp" && cp -r carry/clip-long "$init.tmp"
-        [ -d "$init.tmp/text" ] || cp -r models/clip-doom/text "$init.tmp/text"
-        mv "$init.tmp" "$init"
-      fi
-      leg=(--init "$init" --seed "$from")
-    else
-      from=0; leg=(--codec "$CODEC" --text "$TEXT")
-    fi
-    # every leg reads one latent and text cache (keyed by codec, text encoder and data): encoding 5,193 clips
-    # takes about half an hour, once per machine
-    mkdir -p runs/clip-long-cache "runs/clip-long-from-$from"
-    [ -e "runs/clip-long-from-$from/cache" ] || ln -s ../clip-long-cache "runs/clip-long-from-$from/cache"
-    OMP_NUM_THREADS=${THREADS:-2} $GG clip train "${data[@]}" "${leg[@]}" --out "runs/clip-long-from-$from" \
+    parked_leg
+    out=runs/clip-long-from-$from
+    linked_cache "$out"
+    OMP_NUM_THREADS=${THREADS:-2} $GG clip train "${data[@]}" "${leg[@]}" --out "$out" \
       --preset cpu --steps 100000 --bf16 --pooled-text --image-share 0.5 --max-minutes "${MINUTES:-60}"
+    ;;
+  leg)
+    name=${2:?which leg: a name for runs/leg-NAME}
+    parked_leg
+    linked_cache "runs/leg-$name"
+    OMP_NUM_THREADS=${THREADS:-1} $GG clip train "${data[@]}" "${leg[@]}" --out "runs/leg-$name" \
+      --preset cpu --steps "${STEPS:-800}" --bf16 --pooled-text --image-share 0.5 --ema-decay 0 "${@:3}"
     ;;
   clip-park)  # a leg writes its model when its MINUTES are up (or at --steps), not when killed
     run=$(ls -d runs/clip-long-from-*/model 2>/dev/null | sort -t- -k4 -n | tail -1)
@@ -137,8 +157,9 @@ from gamengen.train.clip_data import text_key as k; print(k(C.load(sys.argv[1]))
     ;;
   eval)
     run=${2:?which clip run folder}
-    OMP_NUM_THREADS=1 $GG clip eval --model "$run/model" "${data[@]}" --out "${run%/}-eval" --clips-per-game "${CLIPS:-4}" \
-      ${JUDGE:+--classifier "$JUDGE"}
+    OMP_NUM_THREADS=1 $GG clip eval --model "$run/model" "${data[@]}" --out "${OUT:-${run%/}-eval}" \
+      --clips-per-game "${CLIPS:-4}" ${JUDGE:+--classifier "$JUDGE"} ${CHAIN:+--chain "$CHAIN"} \
+      ${CN:+--context-noise "$CN"}
     ;;
-  *) echo "unknown stage $1 (record, curate, text, ae-lever, ae-eval, ae, ae-long, vae, train, lever, clip-long, clip-park or eval)" >&2; exit 2 ;;
+  *) echo "unknown stage $1 (record, curate, text, ae-lever, ae-eval, ae, ae-long, vae, train, lever, clip-long, clip-park, leg or eval)" >&2; exit 2 ;;
 esac

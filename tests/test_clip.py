@@ -176,6 +176,14 @@ def test_the_draws_follow_the_config():
     assert (again.clip, again.context, again.drop_text, again.t) == (draws[31].clip, draws[31].context,
                                                                      draws[31].drop_text, draws[31].t)
     assert torch.equal(again.noise, draws[31].noise)
+    assert all(d.context_t == 0 for d in draws)  # no context noise unless asked for
+    noisy = ClipTrainConfig.from_preset("tiny", context_noise=0.4)
+    same = [draw_sample(noisy, s, i, 24, (5, 1, 1, 1)) for s in range(1000) for i in range(4)]
+    assert [(d.clip, d.context, d.drop_text, d.t) for d in same] == [(d.clip, d.context, d.drop_text, d.t)
+                                                                     for d in draws]  # the other draws unchanged
+    levels = np.array([d.context_t for d in same if d.context > 0])
+    assert all(d.context_t == 0 for d in same if d.context == 0)  # text-to-video has no context to noise
+    assert levels.min() >= 0 and levels.max() < 0.4 and abs(levels.mean() - 0.2) < 0.015  # U(0, 0.4)
     never = ClipTrainConfig.from_preset("tiny", continuation=0.0, text_dropout=0.0)
     assert not any(draw_sample(never, s, 0, 24, (5, 1, 1, 1)).context or
                    draw_sample(never, s, 0, 24, (5, 1, 1, 1)).drop_text for s in range(200))

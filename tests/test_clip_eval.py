@@ -151,6 +151,54 @@ def test_a_second_eval_reuses_the_classifier_and_repeats_the_figures(root):
         assert (root / "ev" / "classifier" / name).read_bytes() == (root / "ev2" / "classifier" / name).read_bytes()
 
 
+def test_chained_continuation_judges_each_chunk_beside_the_real_and_frozen_ones(root):
+    """--chain 2: every continuation continued twice more from its own frames; chunk 1 is the
+    continuation the report already judges, and each figure is recomputed here from the frames."""
+    from PIL import Image
+
+    from gamengen.curate.dataset import ClipDataset
+    from gamengen.eval.clip_chain import detail
+    from gamengen.eval.clip_classifier import ClipClassifier
+
+    cli("clip", "eval", "--model", root / "run" / "model", "--data", root / "cursor", "--data", root / "mirror",
+        "--out", root / "chain", "--classifier", root / "ev", "--chain", "2", *EVAL, check=True)
+    a, b = report(root / "ev"), report(root / "chain")
+    assert "chain" not in a and b["config"]["chain"] == 2
+    ch = b["chain"]
+    assert len(ch["chunks"]) == 3 and ch["new_frames_per_chunk"] == 12
+    assert ch["chunks"][0]["consistency"] == b["continuation"]["consistency"]["text_to_clip"] == \
+        a["continuation"]["consistency"]["text_to_clip"]  # the same continuations: chaining changes nothing before
+    assert ch["real_next"]["consistency"] == b["continuation"]["consistency"]["real_heldout"]
+    clf = ClipClassifier.load(root / "ev")
+    sets = {str(root / n): ClipDataset.open(root / n) for n in ("cursor", "mirror")}
+    frozen, real, hits = [], [], []
+    for row in b["clips"]:
+        frames = sets[row["dataset"]].frames(row["clip"])
+        held = np.repeat(frames[4:5], 12, 0)  # the last of the 5 context frames, held for the 12 new ones
+        frozen.append(detail(held))
+        real.append(detail(frames[5:]))
+        hits.append(clf.predict(held).game == clf.predict(frames[:5]).game)
+    assert ch["frozen_start"]["detail"]["value"] == pytest.approx(np.mean(frozen), rel=1e-5)
+    assert ch["real_next"]["detail"]["value"] == pytest.approx(np.mean(real), rel=1e-5)
+    assert ch["frozen_start"]["consistency"]["value"] == np.mean(hits)
+    assert all(c["detail"]["n"] == 6 and c["detail"]["value"] > 0 for c in ch["chunks"])
+    assert "## Chained continuation (3 chunks of 12 new frames" in (root / "chain" / "report.md").read_text()
+    # per game: the context's last frame, a gap, then the last frame of each of the 3 chunks
+    assert Image.open(root / "chain" / "strips" / "chain.png").size == (32 + 10 + 3 * 32 + 2 * 2, 2 * 32 + 10)
+
+
+def test_detail_falls_as_a_picture_dissolves():
+    import cv2
+
+    from gamengen.eval.clip_chain import detail
+
+    rng = np.random.default_rng(0)
+    sharp = rng.integers(0, 256, (3, 60, 80, 3)).astype(np.uint8)
+    blurred = np.stack([cv2.GaussianBlur(f, (0, 0), 3) for f in sharp])
+    flat = np.full_like(sharp, 90)
+    assert detail(flat) == 0 and 0 < detail(blurred) < detail(sharp) / 5
+
+
 def test_flow_measures_on_made_up_motion():
     """Dynamic degree: 0 for a still clip, 1 for a moving one; smoothness 1 for constant velocity,
     near 0 for motion reversing every frame, between for random steps."""

@@ -225,6 +225,23 @@ def test_noised_keeps_context_clean():
     assert torch.allclose(x[1, 3], 0.1 * z[1, 3] + 0.9 * noise[1, 3])
 
 
+def test_context_noise_noises_the_context_and_tells_its_level():
+    """GameNGen §3.2.1's noise augmentation on §3.3's context: context frames at their own flow time,
+    the generated frames as before, and a zero level the clean path exactly."""
+    g = torch.Generator().manual_seed(0)
+    z, noise = torch.randn(2, 4, 3, 5, 5, generator=g), torch.randn(2, 4, 3, 5, 5, generator=g)
+    t, mask = torch.tensor([0.3, 0.9]), frame_mask(2, 4, torch.tensor([1, 3]))
+    x, t_frames = noised(z, noise, t, mask, torch.tensor([0.2, 0.0]))
+    assert torch.allclose(t_frames, torch.tensor([[0.2, 0.3, 0.3, 0.3], [0, 0, 0, 0.9]]))
+    assert torch.allclose(x[0, :1], 0.8 * z[0, :1] + 0.2 * noise[0, :1]) and torch.equal(x[1, :3], z[1, :3])
+    assert torch.allclose(x[0, 1:], 0.7 * z[0, 1:] + 0.3 * noise[0, 1:])
+    clean = noised(z, noise, t, mask)
+    assert torch.equal(noised(z, noise, t, mask, torch.zeros(2))[0], clean[0])
+    # the loss still counts the generated frames only: wrong on the noised context costs nothing
+    m = mask[..., None, None, None]
+    assert flow_loss(lambda x, t: noise - z + 100 * (1 - m), z, noise, t, mask, torch.tensor([0.2, 0.1])) == 0
+
+
 def test_flow_loss_only_counts_generated_frames():
     g = torch.Generator().manual_seed(0)
     z, noise = torch.randn(2, 4, 3, 5, 5, generator=g), torch.randn(2, 4, 3, 5, 5, generator=g)
@@ -276,6 +293,14 @@ def test_euler_reaches_point_mass_and_keeps_context():
     assert all(torch.equal(x, context) and (t[:, :2] == 0).all() and (t[:, 2:] > 0).all() for x, t in seen)
     assert torch.allclose(out[:, 2:], c[:, 2:], atol=1e-5)
     assert torch.allclose(euler_sample(model, noise, steps=4, shift=3.0), c, atol=1e-5)
+    # A context shown noised to flow time 0.25 (GameNGen's noise augmentation at inference), returned clean.
+    seen.clear()
+    out = euler_sample(model, noise, context, steps=3, context_t=0.25)
+    shown = 0.75 * context + 0.25 * noise[:, :2]
+    assert all(torch.allclose(x, shown) and torch.allclose(t[:, :2], torch.tensor(0.25)) for x, t in seen)
+    assert torch.equal(out[:, :2], context) and torch.allclose(out[:, 2:], c[:, 2:], atol=1e-5)
+    assert torch.equal(euler_sample(model, noise, context, steps=3, context_t=0.0),
+                       euler_sample(model, noise, context, steps=3))
 
 
 def test_euler_maps_gaussian_data_monotonically():

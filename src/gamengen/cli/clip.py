@@ -142,6 +142,9 @@ def train(
                                                 "batch size x latent frames of them): §3.5's length buckets."),
     ema_decay: Optional[float] = typer.Option(None, help="The exported weights are their moving average with this "
                                                          "decay (default 0.999; 0: the last weights)."),
+    context_noise: float = typer.Option(0.0, help="Noise continuation contexts to a flow time up to this (GameNGen's "
+                                                  "noise augmentation; 0.4 ~ its 0.7 std), against drift in chained "
+                                                  "continuation; 0: clean (§3.3)."),
     init: Optional[Path] = typer.Option(None, "--init", help="A clip model folder (same preset and --pooled-text) "
                                                              "whose MSDiT a new run starts from, with a fresh "
                                                              "optimizer; --codec and --text default to its own."),
@@ -152,7 +155,8 @@ def train(
     given = {"steps": steps, "batch_size": batch_size, "learning_rate": learning_rate, "text_steps": text_steps,
              "checkpoint_every": checkpoint_every, "max_minutes": max_minutes, "ema_decay": ema_decay}
     cfg = ClipTrainConfig.from_preset(preset, seed=seed, captions=captions, bf16=bf16, pooled_text=pooled_text,
-                                      image_share=image_share, init=str(init.resolve()) if init else None,
+                                      image_share=image_share, context_noise=context_noise,
+                                      init=str(init.resolve()) if init else None,
                                       **{k: v for k, v in given.items() if v is not None})
     last = [float("nan")]
     with progress_bar(f"clip model ({preset} preset)", cfg.steps) as advance:
@@ -366,6 +370,11 @@ def eval_(
     instruct: Optional[Path] = typer.Option(None, "--instruct", help="An InstructNet trained beside --model: the "
                                                                      "continuations run through it with no control "
                                                                      "given (does attaching it change the figures?)."),
+    chain: int = typer.Option(0, help="Continue each continuation this many more times, each from its own last "
+                                      "frames, and judge every chunk (what clip play shows after the first)."),
+    context_noise: Optional[float] = typer.Option(None, help="The flow time continuations show their context at "
+                                                             "(default: the model's; for a model trained with "
+                                                             "--context-noise)."),
 ):
     """Evaluate a clip model offline: caption-field accuracy, continuation consistency, dynamic degree and
     motion smoothness against real held-out clips (FID, FVD and learned scores: unavailable without weights)."""
@@ -377,7 +386,7 @@ def eval_(
     from ..eval.clip_report import summary, write_results
 
     changes = {"steps": classifier_steps} if classifier_steps is not None else {}
-    cfg = ClipEvalConfig(clips_per_game, seed, steps, guidance, i3d=str(i3d) if i3d else None,
+    cfg = ClipEvalConfig(clips_per_game, seed, steps, guidance, context_noise, chain, i3d=str(i3d) if i3d else None,
                          classifier=ClassifierConfig(seed=seed, **changes))
     inputs = check_inputs(model, list(data), out, cfg, classifier, instruct)
     res, pictures, clf = evaluate_clips(inputs, cfg, bar=progress_bar)

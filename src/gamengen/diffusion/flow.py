@@ -31,20 +31,27 @@ def frame_mask(batch: int, frames: int, context: int | Sequence[int] | Tensor,
     return (index >= context).float().expand(batch, frames).contiguous()
 
 
-def noised(z: Tensor, noise: Tensor, t: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+def noised(z: Tensor, noise: Tensor, t: Tensor, mask: Tensor,
+           context_t: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """§3.3's z~ = (1 - M) z + M x_t with x_t = (1 - t) z + t noise. z, noise (B, F, C, h, w), t (B,) in
     [0, 1], mask (B, F) -> (x (B, F, C, h, w), per-frame t (B, F)): t on generated frames, and on
-    context frames z exactly and t = 0."""
+    context frames z exactly and t = 0. ``context_t`` (B,): the context frames noised to that flow
+    time instead (GameNGen §3.2.1's noise augmentation, its level told to the network as their t)."""
     t_frames = t[:, None] * mask  # (B, F)
+    if context_t is not None:
+        t_frames = t_frames + context_t[:, None] * (1 - mask)
+        s = t_frames[..., None, None, None]
+        return (1 - s) * z + s * noise, t_frames
     s = t_frames[..., None, None, None]
     return torch.where(mask[..., None, None, None] > 0, (1 - s) * z + s * noise, z), t_frames
 
 
-def flow_loss(model: VelocityModel, z: Tensor, noise: Tensor, t: Tensor, mask: Tensor) -> Tensor:
+def flow_loss(model: VelocityModel, z: Tensor, noise: Tensor, t: Tensor, mask: Tensor,
+              context_t: Tensor | None = None) -> Tensor:
     """Scalar MSE between model(x_t, t) and the velocity noise - z, averaged over the elements of the
     generated frames only: context frames are given, not predicted (§3.3), so they cost nothing.
     Shapes as in ``noised``."""
-    x, t_frames = noised(z, noise, t, mask)
+    x, t_frames = noised(z, noise, t, mask, context_t)
     err = (model(x, t_frames) - (noise - z)).float().pow(2).mean(dim=(2, 3, 4))  # (B, F)
     err = torch.where(mask > 0, err, 0.0)  # where, not a product: a non-finite context output costs nothing too
     return err.sum() / mask.sum().clamp_min(1)
@@ -75,24 +82,32 @@ def flow_times(steps: int, shift: float = 1.0) -> list[float]:
 
 
 def euler_sample(model: VelocityModel, noise: Tensor, context: Tensor | None = None, *, steps: int,
-                 shift: float = 1.0) -> Tensor:
+                 shift: float = 1.0, context_t: float = 0.0) -> Tensor:
     """Integrate dx/dt = model(x, t) from t = 1 (x = noise) to t = 0 in ``steps`` Euler steps.
 
     noise (B, F, C, h, w); context (B, X, C, h, w): clean latents of the first X frames (§3.3
     continuation), None for X = 0 (text-to-video). The context is written into x at every step, with
     t = 0 on its frames, so the model sees it clean throughout and it comes out exactly as given.
-    Returns x_0 (B, F, C, h, w). For guidance pass ``guided(...)`` as the model.
+    ``context_t`` > 0: the context is shown noised to that flow time instead (with the first X frames
+    of ``noise``), for a model trained with noise on its context (GameNGen §3.2.1); the returned
+    context frames are still the clean ones. Returns x_0 (B, F, C, h, w). For guidance pass
+    ``guided(...)`` as the model.
     """
     B, T = noise.shape[:2]
     X = 0 if context is None else context.shape[1]
     mask = frame_mask(B, T, X, device=noise.device).to(noise.dtype)  # (B, F)
-    x = noise if context is None else torch.cat([context.to(noise.dtype), noise[:, X:]], dim=1)
+    shown = None
+    if context is not None:
+        shown = context.to(noise.dtype)
+        if context_t:
+            shown = (1 - context_t) * shown + context_t * noise[:, :X]
+    x = noise if context is None else torch.cat([shown, noise[:, X:]], dim=1)
     times = flow_times(steps, shift)
     for t_now, t_next in zip(times[:-1], times[1:]):
-        x = x + (t_next - t_now) * model(x, t_now * mask)
+        x = x + (t_next - t_now) * model(x, t_now * mask + context_t * (1 - mask))
         if context is not None:
-            x = torch.cat([context.to(noise.dtype), x[:, X:]], dim=1)
-    return x
+            x = torch.cat([shown, x[:, X:]], dim=1)
+    return x if not context_t else torch.cat([context.to(noise.dtype), x[:, X:]], dim=1)
 
 
 def guided(model: Callable[..., Tensor], cond: Mapping[str, Tensor], uncond: Mapping[str, Tensor],

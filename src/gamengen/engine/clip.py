@@ -88,7 +88,7 @@ def context_frames_used(model: ClipModel, given: int) -> int:
 @torch.inference_mode()
 def sample_latents(model: ClipModel, prompt: str, seed: int, context: torch.Tensor | None, steps: int | None,
                    guidance: float | None, shift: float | None, steer: Steering | None = None,
-                   on_step: Callable[[], None] | None = None) -> torch.Tensor:
+                   on_step: Callable[[], None] | None = None, context_noise: float | None = None) -> torch.Tensor:
     """context (X, C, h, w) clean latents or None -> the sampled clip's latents (1, L, C, h, w), scaled.
     With ``steer``, InstructNet steers both CFG branches alike, and ``steer.guidance`` != 1 adds
     guidance on the controls (a third branch with them off).
@@ -98,9 +98,10 @@ def sample_latents(model: ClipModel, prompt: str, seed: int, context: torch.Tens
     steps = s.steps if steps is None else steps
     guidance = s.guidance if guidance is None else guidance
     shift = s.shift if shift is None else shift
-    if steps < 1 or guidance < 0 or shift <= 0:
-        raise UserError(f"sampler steps {steps}, guidance {guidance}, shift {shift}",
-                        "use steps >= 1, guidance >= 0 (1: no guidance), shift > 0")
+    context_noise = s.context_noise if context_noise is None else context_noise
+    if steps < 1 or guidance < 0 or shift <= 0 or not 0 <= context_noise < 1:
+        raise UserError(f"sampler steps {steps}, guidance {guidance}, shift {shift}, context noise {context_noise}",
+                        "use steps >= 1, guidance >= 0 (1: no guidance), shift > 0, context noise in [0, 1)")
     hidden, mask = model.encode_text(prompt)  # (1, Lt, D), (1, Lt); a UserError for a bad prompt
     device = model.net.device
     meta = model.conditions(1)
@@ -120,15 +121,16 @@ def sample_latents(model: ClipModel, prompt: str, seed: int, context: torch.Tens
         def velocity(x, t, v=velocity):
             on_step()
             return v(x, t)
-    return euler_sample(velocity, noise, ctx, steps=steps, shift=shift)
+    return euler_sample(velocity, noise, ctx, steps=steps, shift=shift, context_t=context_noise)
 
 
 @torch.inference_mode()
 def _sample(model: ClipModel, prompt: str, seed: int, context: torch.Tensor | None, steps: int | None,
             guidance: float | None, shift: float | None, steer: Steering | None = None,
-            on_step: Callable[[], None] | None = None, last: int | None = None) -> np.ndarray:
+            on_step: Callable[[], None] | None = None, last: int | None = None,
+            context_noise: float | None = None) -> np.ndarray:
     """sample_latents, decoded: uint8 (F, H, W, 3), or its last ``last`` frames."""
-    x0 = sample_latents(model, prompt, seed, context, steps, guidance, shift, steer, on_step)
+    x0 = sample_latents(model, prompt, seed, context, steps, guidance, shift, steer, on_step, context_noise)
     F = model.meta.frames
     return model.codec.decode_clip(x0[0], first=0 if last is None else F - last)  # (L, C, h, w) -> (F, H, W, 3)
 
@@ -141,12 +143,14 @@ def generate(model: ClipModel, prompt: str, seed: int = 0, steps: int | None = N
 
 def continue_clip(model: ClipModel, context_frames: np.ndarray, prompt: str, seed: int = 0, steps: int | None = None,
                   guidance: float | None = None, shift: float | None = None, steer: Steering | None = None,
-                  on_step: Callable[[], None] | None = None, last: int | None = None) -> np.ndarray:
+                  on_step: Callable[[], None] | None = None, last: int | None = None,
+                  context_noise: float | None = None) -> np.ndarray:
     """Continue uint8 frames (X, H, W, 3) -> uint8 (F, H, W, 3): the last 1 + 4k of the given frames
     (``context_frames_used``) are encoded and held clean, the rest is generated; the whole clip is
     decoded, so its first 1 + 4k frames are the codec's reconstruction of the context. ``steer``:
     InstructNet's keys, instruction and video prompt (§3.4). ``last``: only the clip's last frames are
-    decoded and returned (1 to F)."""
+    decoded and returned (1 to F). ``context_noise``: the flow time the context is shown at (None: the
+    model's sampler setting)."""
     frames = np.asarray(context_frames)
     m = model.meta
     if frames.ndim != 4 or frames.shape[1:] != (m.height, m.width, 3) or frames.dtype != np.uint8:
@@ -157,4 +161,4 @@ def continue_clip(model: ClipModel, context_frames: np.ndarray, prompt: str, see
         raise ValueError(f"last={last}: a clip has {m.frames} frames")
     with torch.inference_mode():
         context = model.codec.encode_clip(frames[-used:])  # (x, C, h, w), x = 1 + (used - 1) / 4
-    return _sample(model, prompt, seed, context, steps, guidance, shift, steer, on_step, last)
+    return _sample(model, prompt, seed, context, steps, guidance, shift, steer, on_step, last, context_noise)

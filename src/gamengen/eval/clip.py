@@ -38,10 +38,11 @@ import torch
 
 from ..curate.dataset import ClipDataset, split_clips  # split_clips: `clip eval`'s split, owned by the dataset
 from ..errors import UserError
+from .clip_chain import chain, measure_chain
 from .clip_classifier import (ClassifierConfig, ClipClassifier, TrainingClips, frame_picks, input_size,
                               objects_in_view, shrink, train_classifier)
-from .clip_motion import motion, wilson
-from .clip_report import about, strips
+from .clip_motion import motion, share, wilson
+from .clip_report import about, chain_strip, strips
 
 CONTEXT_FRAMES = 5  # continuation context: 1 + 4 frames, one latent frame (§3.3's x = 1)
 TARGETS = {"game_accuracy": 0.80, "continuation_consistency": 0.90}  # issue 18's targets
@@ -54,6 +55,9 @@ class ClipEvalConfig:
     seed: int = 0
     steps: int | None = None  # Euler steps; None: the model's sampler
     guidance: float | None = None  # CFG weight; None: the model's sampler
+    context_noise: float | None = None  # the flow time continuations show their context at; None: the model's
+    # Further continuations of each continuation from its own frames (eval/clip_chain.py): what clip play shows
+    chain: int = 0
     heldout_share: float = 0.25  # of each dataset's source episodes, held out from the classifier
     ceiling_clips: int = 64  # real held-out clips per game the classifier's own accuracy is measured on
     i3d: str | None = None  # TorchScript I3D for FVD; None: eval/fvd.default_i3d_path()
@@ -65,6 +69,9 @@ class ClipEvalConfig:
                             "pass a positive --clips-per-game")
         if (self.steps is not None and self.steps < 1) or (self.guidance is not None and self.guidance < 0):
             raise UserError(f"sampler steps {self.steps}, guidance {self.guidance}", "use steps >= 1, guidance >= 0")
+        if self.chain < 0 or (self.context_noise is not None and not 0 <= self.context_noise < 1):
+            raise UserError(f"--chain {self.chain}, --context-noise {self.context_noise}",
+                            "use --chain >= 0 and a context noise in [0, 1)")
         if not 0 < self.heldout_share < 1 or self.ceiling_clips < 1:
             raise UserError("the held-out share must be in (0, 1), ceiling clips >= 1", "fix the evaluation settings")
         self.classifier.check()
@@ -209,6 +216,7 @@ class Clip:
     made: np.ndarray  # text-to-clip from ``prompt``
     continued: np.ndarray  # ``real``'s first frames continued with ``prompt``
     used: int  # context frames the continuation held
+    chain: list[np.ndarray] = field(default_factory=list)  # --chain: each further continuation (F, H, W, 3)
 
 
 def _key(label: str) -> int:
@@ -245,14 +253,14 @@ def make_clips(model, inp: Inputs, games: list[str], cfg: ClipEvalConfig, advanc
                 codec = model.codec.decode_clip(model.codec.encode_clip(real))
             made = generate(model, prompt, seed, cfg.steps, cfg.guidance)
             advance(1)
-            continued = continue_clip(model, real[:used], prompt, seed, cfg.steps, cfg.guidance, steer=steer)
+            continued = continue_clip(model, real[:used], prompt, seed, cfg.steps, cfg.guidance, steer=steer,
+                                      context_noise=cfg.context_noise)
             advance(1)
             clips.append(Clip(games.index(game.label), d, i, prompt, seed, real, codec, made, continued, used))
+            if cfg.chain:
+                clips[-1].chain = chain(model, clips[-1], cfg)
+                advance(cfg.chain)
     return clips
-
-
-def _share(hits: list[bool]) -> dict:
-    return {"value": float(np.mean(hits)) if hits else None, "n": len(hits)}
 
 
 def _objects(preds, views, vocab) -> dict:
@@ -266,12 +274,12 @@ def _objects(preds, views, vocab) -> dict:
                 named.append(bool(p.objects[k] >= 0.5))
             elif v.absent(name, category):
                 absent.append(bool(p.objects[k] >= 0.5))
-    return {"detected": _share(named), "false_positive_rate": _share(absent)}
+    return {"detected": share(named), "false_positive_rate": share(absent)}
 
 
 def _motion(frames: list[np.ndarray]) -> dict:
     ms = [motion(f) for f in frames]
-    return {"dynamic_degree": _share([m.dynamic for m in ms]),
+    return {"dynamic_degree": share([m.dynamic for m in ms]),
             "motion_smoothness": {"value": float(np.mean([m.smoothness for m in ms])), "n": len(ms),
                                   "p5_p95": [float(v) for v in np.percentile([m.smoothness for m in ms], [5, 95])]},
             "mean_flow": {"value": float(np.mean([m.mean_flow for m in ms])), "n": len(ms)},
@@ -294,13 +302,13 @@ def measure(clf: ClipClassifier, inp: Inputs, clips: list[Clip], cfg: ClipEvalCo
     for g in range(G):
         mine = [j for j, c in enumerate(clips) if c.game == g]
         per_game[clf.games[g]] = {
-            "text_to_clip": _share([made[j].game == g for j in mine]),
-            "real_heldout": _share([p.game == g for p, t in zip(ceiling, ceiling_games) if t == g]),
-            "codec": _share([codec[j].game == g for j in mine])}
+            "text_to_clip": share([made[j].game == g for j in mine]),
+            "real_heldout": share([p.game == g for p, t in zip(ceiling, ceiling_games) if t == g]),
+            "codec": share([codec[j].game == g for j in mine])}
     counts = np.bincount([c.game for c in clips], minlength=G)
-    res = {"game_accuracy": {"text_to_clip": _share([p.game == c.game for p, c in zip(made, clips)]),
-                             "real_heldout": _share([p.game == t for p, t in zip(ceiling, ceiling_games)]),
-                             "codec": _share([p.game == c.game for p, c in zip(codec, clips)]),
+    res = {"game_accuracy": {"text_to_clip": share([p.game == c.game for p, c in zip(made, clips)]),
+                             "real_heldout": share([p.game == t for p, t in zip(ceiling, ceiling_games)]),
+                             "codec": share([p.game == c.game for p, c in zip(codec, clips)]),
                              "chance_uniform": 1.0 / G, "chance_majority": float(counts.max() / counts.sum()),
                              "target": TARGETS["game_accuracy"], "per_game": per_game}}
     if vocab:
@@ -308,6 +316,8 @@ def measure(clf: ClipClassifier, inp: Inputs, clips: list[Clip], cfg: ClipEvalCo
                           "real_heldout": _objects(ceiling, ceiling_views, vocab),
                           "codec": _objects(codec, views, vocab)}
     res["continuation"] = _continuation(clf, clips)
+    if cfg.chain:
+        res["chain"] = measure_chain(clf, clips)
     res["motion"] = {"text_to_clip": _motion([c.made for c in clips]),
                      "continuation": _motion([c.continued for c in clips]),
                      "real_heldout": _motion([c.real for c in clips]), "codec": _motion([c.codec for c in clips])}
@@ -327,12 +337,12 @@ def _continuation(clf: ClipClassifier, clips: list[Clip]) -> dict:
     real_rest = [clf.predict(c.real[c.used:]).game for c in clips]
     codec = [(clf.predict(c.codec[:c.used]).game, clf.predict(c.codec[c.used:]).game) for c in clips]
     return {"context_frames": clips[0].used if clips else 0,
-            "consistency": {"text_to_clip": _share([a == b for a, b in zip(new, context)]),
-                            "real_heldout": _share([a == b for a, b in zip(real_rest, context)]),
-                            "codec": _share([a == b for a, b in codec]), "target": TARGETS["continuation_consistency"]},
-            "true_game": {"text_to_clip": _share([a == c.game for a, c in zip(new, clips)]),
-                          "real_heldout": _share([a == c.game for a, c in zip(real_rest, clips)]),
-                          "codec": _share([b == c.game for (_, b), c in zip(codec, clips)])}}
+            "consistency": {"text_to_clip": share([a == b for a, b in zip(new, context)]),
+                            "real_heldout": share([a == b for a, b in zip(real_rest, context)]),
+                            "codec": share([a == b for a, b in codec]), "target": TARGETS["continuation_consistency"]},
+            "true_game": {"text_to_clip": share([a == c.game for a, c in zip(new, clips)]),
+                          "real_heldout": share([a == c.game for a, c in zip(real_rest, clips)]),
+                          "codec": share([b == c.game for (_, b), c in zip(codec, clips)])}}
 
 
 def _clip_row(clf, inp, c: Clip, made, codec, view) -> dict:
@@ -384,9 +394,13 @@ def evaluate_clips(inp: Inputs, cfg: ClipEvalConfig, bar: Callable = _null_bar, 
         with bar("classifier", cfg.classifier.steps) as advance:
             clf = fit_classifier(inp, cfg, lambda s, n, loss: advance(1))
     total = sum(min(cfg.clips_per_game, len(g.heldout)) for g in inp.games)
-    with bar("clips (text-to-clip, continuation)", 2 * total) as advance:
+    with bar("clips (text-to-clip, continuation" + (f", {cfg.chain} chained" if cfg.chain else "") + ")",
+             (2 + cfg.chain) * total) as advance:
         clips = make_clips(model, inp, clf.games, cfg, advance, steer)
     res = measure(clf, inp, clips, cfg)
     res["unavailable"] = unavailable(clips, cfg)
     res.update(about(model, inp, clf, cfg))
-    return res, strips(clf, clips), clf
+    pictures = strips(clf, clips)
+    if cfg.chain:
+        pictures["chain"] = chain_strip(clf, clips)
+    return res, pictures, clf

@@ -95,3 +95,8 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
     p = successes / n
     mid, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
     return max(0.0, (mid - half) / (1 + z * z / n)), min(1.0, (mid + half) / (1 + z * z / n))
+
+
+def share(hits: list[bool]) -> dict:
+    """A share as the clip reports write it: {"value": mean or None when empty, "n": count}."""
+    return {"value": float(np.mean(hits)) if hits else None, "n": len(hits)}

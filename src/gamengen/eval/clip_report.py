@@ -36,6 +36,11 @@ DEFINITIONS = {
                          f"over pixels that move (>= {MOVING_PX:g} px) and stay in view, per clip, averaged; 1 = "
                          f"constant velocity, 0 = motion reversing every frame (stands in for VBench's AMT score)",
     "mean flow": "mean Farneback flow magnitude, px per frame at 128 px wide: the curation's motion score",
+    "chained continuation": "with --chain K, each continuation continued K more times, each time from the last "
+                            "5 frames it made, with the same caption: per chunk, the consistency and true game "
+                            "above and the detail, the mean |difference| of neighbouring grey pixels (0-255), "
+                            "beside the real next frames, a frozen start (the last context frame held) and the "
+                            "codec's reconstruction",
 }
 
 
@@ -63,7 +68,8 @@ def about(model, inp, clf, cfg) -> dict:
             "model": {"path": str(inp.model_dir), "train_steps": m.train_steps, "env_ids": m.env_ids,
                       "dataset": m.dataset, "instruct": None if inp.instruct is None else str(inp.instruct),
                       "sampler": {"steps": cfg.steps or s.steps, "shift": s.shift,
-                                  "guidance": s.guidance if cfg.guidance is None else cfg.guidance}},
+                                  "guidance": s.guidance if cfg.guidance is None else cfg.guidance,
+                                  "context_noise": s.context_noise if cfg.context_noise is None else cfg.context_noise}},
             "datasets": [{"path": str(p), "game": label, "clips": len(ds), "split_by": by,
                           "classifier_train": count(ds, "train"), "heldout": count(ds, "heldout")}
                          for p, ds, label, by in zip(inp.paths, inp.sets, inp.labels, inp.split_by)],
@@ -96,6 +102,17 @@ def strips(clf, clips) -> dict[str, np.ndarray]:
 
         out["continuation"] = _stack([[split_row(c.real), split_row(c.continued)] for c in firsts])
     return out
+
+
+def chain_strip(clf, clips) -> np.ndarray:
+    """Per game, its first clip: the real context's last frame, a gap, then the last frame of each chunk."""
+    firsts = [next(c for c in clips if c.game == g) for g in range(len(clf.games)) if any(c.game == g for c in clips)]
+
+    def line(c) -> np.ndarray:
+        ends = np.stack([c.continued[-1]] + [k[-1] for k in c.chain])
+        return np.concatenate([c.real[c.used - 1], _gap(c.real.shape[1], 10), _row(ends)], axis=1)
+
+    return _stack([[line(c)] for c in firsts])
 
 
 def safe_name(name: str) -> str:
@@ -178,6 +195,17 @@ def table_rows(res: dict) -> list[list[str]]:
     return rows
 
 
+def chain_rows(ch: dict) -> list[list[str]]:
+    """[what, consistency, true game, detail] rows for report.md."""
+    rows = [[f"chunk {k + 1}" + (" (the continuation above)" if k == 0 else " (from the model's own frames)"),
+             _v(c["consistency"]), _v(c["true_game"]), _v(c["detail"])] for k, c in enumerate(ch["chunks"])]
+    for name, key in (("real: the game's next frames", "real_next"), ("frozen start: the last context frame held",
+                                                                       "frozen_start"),
+                      ("codec reconstruction of the real next frames", "codec")):
+        rows.append([name, _v(ch[key]["consistency"]), _v(ch[key]["true_game"]), _v(ch[key]["detail"])])
+    return rows
+
+
 def markdown(res: dict, pictures: list[str], command: str) -> str:
     m = res["model"]
     lines = ["# Clip model evaluation (offline)", "", f"`{command}`", "",
@@ -201,6 +229,12 @@ def markdown(res: dict, pictures: list[str], command: str) -> str:
         lines.append(f"| {game} | {g['text_to_clip']['n']} | {_v(g['text_to_clip'])} | {_v(g['real_heldout'])} | "
                      f"{_v(g['codec'])} |")
     c = res["classifier"]
+    if "chain" in res:
+        ch = res["chain"]
+        lines += ["", f"## Chained continuation ({len(ch['chunks'])} chunks of {ch['new_frames_per_chunk']} new "
+                  "frames, each after the first continued from the model's own last frames)", "",
+                  "| chunk | consistency | true game | detail (grey levels) |", "|---|---|---|---|"]
+        lines += ["| " + " | ".join(r) + " |" for r in chain_rows(ch)]
     lines += ["", f"Classifier: {'trained here' if c['trained_here'] else 'reused (--classifier)'}, "
               f"{c['config']['steps']} steps on {c['input'][1]}x{c['input'][0]} frames of at most "
               f"{c['config']['max_train_clips']} classifier-train clips per game, final loss {c['final_loss']:.3f}; "
@@ -229,6 +263,13 @@ def summary(res: dict) -> list[str]:
         o = res["objects"]["text_to_clip"]
         lines.append(f"objects: prompted detected {_v(o['detected'])}, "
                      f"false-positive rate {_v(o['false_positive_rate'])}")
+    if "chain" in res:
+        ch = res["chain"]
+        lines.append("chained continuation, per chunk: consistency " +
+                     " -> ".join(_v(c["consistency"]["value"]) for c in ch["chunks"]) + "; detail " +
+                     " -> ".join(_v(c["detail"]["value"]) for c in ch["chunks"]) +
+                     f" (real {_v(ch['real_next']['detail']['value'])}, frozen start "
+                     f"{_v(ch['frozen_start']['detail']['value'])})")
     missing = [k for k, v in res["unavailable"].items() if isinstance(v, str)]
     lines.append(f"unavailable offline: {', '.join(missing)}")
     return lines

@@ -45,10 +45,15 @@ class ClipSampler:
     steps: int = 20  # Euler steps from t = 1 to 0 (the paper samples with 10-50)
     guidance: float = 4.0  # CFG weight on the text; the paper gives none (OpenSora 1.2 uses 7); 1 = no CFG
     shift: float = 1.0  # SD3's timestep shift (diffusion/flow.flow_times); 1 = uniform steps
+    # The flow time a continuation's context is shown at (diffusion/flow.euler_sample's context_t): for a
+    # model trained with context noise (train/clip.py), GameNGen §3.2.1 picks the level at inference. 0: clean.
+    context_noise: float = 0.0
 
     def check(self) -> "ClipSampler":
-        if not (isinstance(self.steps, int) and self.steps >= 1) or self.guidance < 0 or self.shift <= 0:
-            raise ValueError(f"sampler steps {self.steps}, guidance {self.guidance}, shift {self.shift}")
+        if (not (isinstance(self.steps, int) and self.steps >= 1) or self.guidance < 0 or self.shift <= 0
+                or not 0 <= self.context_noise < 1):
+            raise ValueError(f"sampler steps {self.steps}, guidance {self.guidance}, shift {self.shift}, "
+                             f"context noise {self.context_noise}")
         return self
 
 

@@ -71,6 +71,12 @@ class ClipTrainConfig:
     ema_decay: float = 0.999
     text_dropout: float = 0.25  # §3.5: drop the text 25% of the time, for classifier-free guidance
     continuation: float = 0.25  # §3.5: 75% text-to-video, 25% video continuation
+    # GameNGen §3.2.1's noise augmentation, on GameGen-X's context frames: a continuation sample's context
+    # latents are noised to a flow time s ~ U(0, context_noise) and carry t = s (the network's per-frame
+    # timestep tells it the level, as GameNGen's level embedding does), so that it learns to correct the
+    # errors its own frames carry when play continues from them. GameNGen's 0.7 maximum std is, in SNR,
+    # flow time 0.41. 0: clean context (§3.3, and every run before this option).
+    context_noise: float = 0.0
     timesteps: str = "logit_normal"  # diffusion/flow.sample_t: SD3's draw; "uniform" is plain rectified flow
     # "structured": the five GEN fields (§3.2); "short": the Summary field alone, the paper's caption
     # ablation (§4.3: structured captions against short ones)
@@ -104,6 +110,8 @@ class ClipTrainConfig:
                 or self.learning_rate <= 0):
             raise UserError("text dropout, continuation and image shares must be in [0, 1], the learning rate > 0",
                             "fix the training settings")
+        if not 0 <= self.context_noise < 1:
+            raise UserError(f"context noise {self.context_noise} is not in [0, 1)", "pass --context-noise 0.4, or 0")
         if not 0 <= self.ema_decay < 1:
             raise UserError(f"EMA decay {self.ema_decay} is not in [0, 1)", "pass --ema-decay 0.999, or 0 for none")
         if self.captions not in CAPTION_KINDS:
@@ -126,7 +134,8 @@ class SampleDraw:
     context: int  # latent frames held clean: 0 = text-to-video, 1..L-1 = continuation (§3.3's x)
     drop_text: bool  # train on the null caption (§3.5's text dropout)
     t: float  # the flow time of the generated frames, in (0, 1)
-    noise: torch.Tensor  # (L, C, h, w)
+    noise: torch.Tensor  # (L, C, h, w); on the context frames, their noise when context_t > 0
+    context_t: float = 0.0  # the flow time the context latents are noised to (``context_noise``)
 
 
 def draw_sample(cfg: ClipTrainConfig, step: int, i: int, n_clips: int, latent_shape: tuple[int, ...]) -> SampleDraw:
@@ -140,7 +149,9 @@ def draw_sample(cfg: ClipTrainConfig, step: int, i: int, n_clips: int, latent_sh
     t = float(sample_t(1, g, cfg.timesteps)[0])
     noise = torch.randn(latent_shape, generator=g)
     continued = u_task < cfg.continuation and L > 1
-    return SampleDraw(clip, x if continued else 0, u_text < cfg.text_dropout, t, noise)
+    u_context = float(torch.rand((), generator=g))  # drawn last: the draws above are those of every earlier run
+    return SampleDraw(clip, x if continued else 0, u_text < cfg.text_dropout, t, noise,
+                      u_context * cfg.context_noise if continued else 0.0)
 
 
 def step_length(cfg: ClipTrainConfig, step: int, L: int) -> int:
@@ -159,7 +170,8 @@ def batch_loss(net: MSDiT, batch: Batch, cond: dict[str, torch.Tensor]) -> torch
     def model(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return net(x, t, batch.hidden, batch.text_mask, **cond)
 
-    return flow_loss(model, batch.z, batch.noise, batch.t, frame_mask(B, L, batch.context, device=batch.z.device))
+    mask = frame_mask(B, L, batch.context, device=batch.z.device)
+    return flow_loss(model, batch.z, batch.noise, batch.t, mask, batch.context_t)
 
 
 def caption_of(meta: dict, kind: str = "structured") -> str:
@@ -246,6 +258,7 @@ def _init_model(cfg: ClipTrainConfig, codec: ClipCodec, encoder: CaptionEncoder,
 
 def _upgrade(old: dict) -> None:
     old.setdefault("ema_decay", 0.0)  # runs from before the EMA exported their last weights
+    old.setdefault("context_noise", 0.0)  # and from before context noise: clean context
 
 
 def train_clip(clips: str | Path | list, out: str | Path, cfg: ClipTrainConfig, report: Report = lambda s, n, loss: None,
@@ -306,7 +319,8 @@ def train_clip(clips: str | Path | list, out: str | Path, cfg: ClipTrainConfig, 
                           "ae": clip_codec.frame.meta.get("preset")},
                          {"text_dropout": cfg.text_dropout, "continuation": cfg.continuation,
                           "timesteps": cfg.timesteps, "captions": cfg.captions, "learning_rate": cfg.learning_rate, "batch_size": cfg.batch_size,
-                          "image_share": cfg.image_share, "ema_decay": cfg.ema_decay})
+                          "image_share": cfg.image_share, "ema_decay": cfg.ema_decay,
+                          "context_noise": cfg.context_noise})
     model = ClipModel(net, clip_codec, encoder, meta)
     L, r = shape[0], clip_codec.vae.temporal_compression
     per_step = {n: cfg.batch_size * L // n for n in {1, L}}  # samples of n latent frames: the tokens of batch_size clips

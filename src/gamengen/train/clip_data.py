@@ -109,6 +109,7 @@ class Batch:
     context: torch.Tensor  # (B,) int, latent frames held clean
     hidden: torch.Tensor  # (B, Lt, D) caption features, zero-padded to the batch's longest
     text_mask: torch.Tensor  # (B, Lt) bool; all False for a dropped caption (MSDiT's null text)
+    context_t: torch.Tensor | None = None  # (B,) flow time of the context frames; None: clean (t = 0)
 
 
 def text_rows(text: TextCache, clips: list[int], drop: list[bool]) -> tuple[np.ndarray, np.ndarray]:
@@ -132,4 +133,6 @@ def make_batch(draws: list["SampleDraw"], latents: np.ndarray, text: TextCache, 
     return Batch(z.to(device), torch.stack([d.noise for d in draws]).to(device),
                  torch.tensor([d.t for d in draws], device=device),
                  torch.tensor([d.context for d in draws], device=device),
-                 torch.from_numpy(hidden).to(device), torch.from_numpy(mask).to(device))
+                 torch.from_numpy(hidden).to(device), torch.from_numpy(mask).to(device),
+                 torch.tensor([d.context_t for d in draws], device=device) if any(d.context_t for d in draws)
+                 else None)  # None: the clean-context path, exactly as before context noise existed
