@@ -159,7 +159,9 @@ def test_chained_continuation_judges_each_chunk_beside_the_real_and_frozen_ones(
     from gamengen.curate.dataset import ClipDataset
     from gamengen.eval.clip_chain import detail
     from gamengen.eval.clip_classifier import ClipClassifier
+    from gamengen.eval.metrics import psnr, view_rows
 
+    rows = view_rows(32)
     cli("clip", "eval", "--model", root / "run" / "model", "--data", root / "cursor", "--data", root / "mirror",
         "--out", root / "chain", "--classifier", root / "ev", "--chain", "2", *EVAL, check=True)
     a, b = report(root / "ev"), report(root / "chain")
@@ -171,18 +173,24 @@ def test_chained_continuation_judges_each_chunk_beside_the_real_and_frozen_ones(
     assert ch["real_next"]["consistency"] == b["continuation"]["consistency"]["real_heldout"]
     clf = ClipClassifier.load(root / "ev")
     sets = {str(root / n): ClipDataset.open(root / n) for n in ("cursor", "mirror")}
-    frozen, real, hits = [], [], []
+    frozen, real, hits, copy_last = [], [], [], []
     for row in b["clips"]:
         frames = sets[row["dataset"]].frames(row["clip"])
         held = np.repeat(frames[4:5], 12, 0)  # the last of the 5 context frames, held for the 12 new ones
         frozen.append(detail(held))
         real.append(detail(frames[5:]))
         hits.append(clf.predict(held).game == clf.predict(frames[:5]).game)
+        copy_last.append(psnr(frames[4][:rows], frames[11][:rows]))  # new frame 7 against the held frame
     assert ch["frozen_start"]["detail"]["value"] == pytest.approx(np.mean(frozen), rel=1e-5)
     assert ch["real_next"]["detail"]["value"] == pytest.approx(np.mean(real), rel=1e-5)
     assert ch["frozen_start"]["consistency"]["value"] == np.mean(hits)
+    ar = ch["against_real"]
+    assert ar["frozen_start"]["psnr"][6] == pytest.approx(np.mean(copy_last), rel=1e-5)
+    assert all(len(ar[k][m]) == 12 for k in ("continuation", "frozen_start", "codec") for m in ("psnr", "ssim"))
+    assert all(0 < v < 1 for v in ar["continuation"]["ssim"])
     assert all(c["detail"]["n"] == 6 and c["detail"]["value"] > 0 for c in ch["chunks"])
-    assert "## Chained continuation (3 chunks of 12 new frames" in (root / "chain" / "report.md").read_text()
+    md = (root / "chain" / "report.md").read_text()
+    assert "## Chained continuation (3 chunks of 12 new frames" in md and "| PSNR dB: frozen start (copy-last) |" in md
     # per game: the context's last frame, a gap, then the last frame of each of the 3 chunks
     assert Image.open(root / "chain" / "strips" / "chain.png").size == (32 + 10 + 3 * 32 + 2 * 2, 2 * 32 + 10)
 

@@ -5,7 +5,10 @@ it made itself (as engine/clip_play.py does), and every chunk's new frames are j
 - consistency and true game: the classifier's game on the chunk against its game on the real context,
   and against the clip's own game (as for the first continuation);
 - detail: the mean absolute difference of neighbouring grey pixels (0-255), a picture that dissolves
-  into blobs loses it; smeared streaks keep some, so it is read beside the pictures (strips/chain.png).
+  into blobs loses it; smeared streaks keep some, so it is read beside the pictures (strips/chain.png);
+- for the first chunk, where the game's own next frames exist: PSNR and SSIM of the view (above the
+  status bar) against them, per new frame, beside the frozen start (GameNGen's copy-last baseline)
+  and the codec's reconstruction (the most the model could reach through its codec).
 
 Beside them on the same clips: the real clip's frames after its context (what the game showed next,
 one chunk), a frozen start (the last context frame held: a player who sees nothing move) and the
@@ -18,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from .clip_motion import share
+from .metrics import psnr, ssim, view_rows
 
 
 def detail(frames: np.ndarray) -> float:
@@ -53,6 +57,21 @@ def measure_chain(clf, clips) -> dict:
     chunks = [judged([c.continued[c.used:] for c in clips])]
     chunks += [judged([c.chain[k][c.used:] for c in clips]) for k in range(len(clips[0].chain))]
     frozen = [np.repeat(c.real[c.used - 1:c.used], len(c.real) - c.used, 0) for c in clips]
-    return {"chunks": chunks, "real_next": judged([c.real[c.used:] for c in clips]),
+    return {"chunks": chunks, "against_real": against_real(clips), "real_next": judged([c.real[c.used:] for c in clips]),
             "frozen_start": judged(frozen), "codec": judged([c.codec[c.used:] for c in clips]),
             "new_frames_per_chunk": len(clips[0].real) - clips[0].used}
+
+
+def against_real(clips) -> dict:
+    """Per new frame k of the first chunk: mean PSNR and SSIM of the view against the game's frame k, for
+    the continuation, the frozen start and the codec's reconstruction."""
+    n = len(clips[0].real) - clips[0].used
+    rows = view_rows(clips[0].real.shape[1])
+    out = {}
+    for name, pick in (("continuation", lambda c, k: c.continued[c.used + k]),
+                       ("frozen_start", lambda c, k: c.real[c.used - 1]),
+                       ("codec", lambda c, k: c.codec[c.used + k])):
+        pairs = [[(pick(c, k)[:rows], c.real[c.used + k][:rows]) for c in clips] for k in range(n)]
+        out[name] = {"psnr": [float(np.mean([psnr(a, b) for a, b in ps])) for ps in pairs],
+                     "ssim": [float(np.mean([ssim(a, b) for a, b in ps])) for ps in pairs]}
+    return out

@@ -40,7 +40,8 @@ DEFINITIONS = {
                             "5 frames it made, with the same caption: per chunk, the consistency and true game "
                             "above and the detail, the mean |difference| of neighbouring grey pixels (0-255), "
                             "beside the real next frames, a frozen start (the last context frame held) and the "
-                            "codec's reconstruction",
+                            "codec's reconstruction; and the first chunk's PSNR and SSIM of the view (above the "
+                            "status bar) against the game's own next frames, per new frame",
 }
 
 
@@ -206,6 +207,21 @@ def chain_rows(ch: dict) -> list[list[str]]:
     return rows
 
 
+def against_real_rows(ar: dict) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the first chunk's view PSNR and SSIM against the game's frames, at a few new frames."""
+    n = len(ar["continuation"]["psnr"])
+    picks = sorted({0, 1, 3, 7, n - 1} & set(range(n)))
+    header = ["", *(f"frame {k + 1}" for k in picks), f"mean of {n}"]
+    rows = []
+    for measure, unit in (("psnr", "PSNR dB"), ("ssim", "SSIM")):
+        for name, key in (("continuation", "continuation"), ("frozen start (copy-last)", "frozen_start"),
+                          ("codec reconstruction", "codec")):
+            v = ar[key][measure]
+            rows.append([f"{unit}: {name}", *(f"{v[k]:.{1 if measure == 'psnr' else 3}f}" for k in picks),
+                         f"{np.mean(v):.{1 if measure == 'psnr' else 3}f}"])
+    return header, rows
+
+
 def markdown(res: dict, pictures: list[str], command: str) -> str:
     m = res["model"]
     lines = ["# Clip model evaluation (offline)", "", f"`{command}`", "",
@@ -235,6 +251,10 @@ def markdown(res: dict, pictures: list[str], command: str) -> str:
                   "frames, each after the first continued from the model's own last frames)", "",
                   "| chunk | consistency | true game | detail (grey levels) |", "|---|---|---|---|"]
         lines += ["| " + " | ".join(r) + " |" for r in chain_rows(ch)]
+        header, rows = against_real_rows(ch["against_real"])
+        lines += ["", "The first chunk against the game's own next frames (the view above the status bar):", "",
+                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
     lines += ["", f"Classifier: {'trained here' if c['trained_here'] else 'reused (--classifier)'}, "
               f"{c['config']['steps']} steps on {c['input'][1]}x{c['input'][0]} frames of at most "
               f"{c['config']['max_train_clips']} classifier-train clips per game, final loss {c['final_loss']:.3f}; "
@@ -270,6 +290,10 @@ def summary(res: dict) -> list[str]:
                      " -> ".join(_v(c["detail"]["value"]) for c in ch["chunks"]) +
                      f" (real {_v(ch['real_next']['detail']['value'])}, frozen start "
                      f"{_v(ch['frozen_start']['detail']['value'])})")
+        ar = ch["against_real"]
+        lines.append("first chunk against the game's frames (view PSNR, mean of the new frames): continuation "
+                     f"{np.mean(ar['continuation']['psnr']):.1f} dB, frozen start "
+                     f"{np.mean(ar['frozen_start']['psnr']):.1f} dB, codec {np.mean(ar['codec']['psnr']):.1f} dB")
     missing = [k for k, v in res["unavailable"].items() if isinstance(v, str)]
     lines.append(f"unavailable offline: {', '.join(missing)}")
     return lines
