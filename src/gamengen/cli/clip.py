@@ -142,6 +142,8 @@ def train(
                                                 "batch size x latent frames of them): §3.5's length buckets."),
     ema_decay: Optional[float] = typer.Option(None, help="The exported weights are their moving average with this "
                                                          "decay (default 0.999; 0: the last weights)."),
+    continuation: Optional[float] = typer.Option(None, help="Share of continuation samples, the rest text-to-clip "
+                                                           "(default 0.25: §3.5's 75/25 mix)."),
     context_noise: float = typer.Option(0.0, help="Noise continuation contexts to a flow time up to this (GameNGen's "
                                                   "noise augmentation; 0.4 ~ its 0.7 std), against drift in chained "
                                                   "continuation; 0: clean (§3.3)."),
@@ -153,7 +155,8 @@ def train(
     from ..train.clip import ClipTrainConfig, train_clip
 
     given = {"steps": steps, "batch_size": batch_size, "learning_rate": learning_rate, "text_steps": text_steps,
-             "checkpoint_every": checkpoint_every, "max_minutes": max_minutes, "ema_decay": ema_decay}
+             "checkpoint_every": checkpoint_every, "max_minutes": max_minutes, "ema_decay": ema_decay,
+             "continuation": continuation}
     cfg = ClipTrainConfig.from_preset(preset, seed=seed, captions=captions, bf16=bf16, pooled_text=pooled_text,
                                       image_share=image_share, context_noise=context_noise,
                                       init=str(init.resolve()) if init else None,
