@@ -4,16 +4,18 @@ it made itself (as engine/clip_play.py does), and every chunk's new frames are j
 
 - consistency and true game: the classifier's game on the chunk against its game on the real context,
   and against the clip's own game (as for the first continuation);
-- detail: the mean absolute difference of neighbouring grey pixels (0-255), a picture that dissolves
-  into blobs loses it; smeared streaks keep some, so it is read beside the pictures (strips/chain.png);
+- detail: the mean absolute difference of neighbouring grey pixels (0-255); a picture that dissolves
+  into flat blobs loses it, but streaks keep some and the codec's own smoothing takes half of it
+  (docs/gamegen_x.md, fifteenth round), so it is read beside the pictures (strips/chain.png);
 - for the first chunk, where the game's own next frames exist: PSNR and SSIM of the view (above the
   status bar) against them, per new frame, beside the frozen start (GameNGen's copy-last baseline)
   and the codec's reconstruction (the most the model could reach through its codec).
 
 Beside them on the same clips: the real clip's frames after its context (what the game showed next,
 one chunk), a frozen start (the last context frame held: a player who sees nothing move) and the
-codec's reconstruction of the real frames. GameNGen §3.2.1 names this drift, errors a model feeds
-back to itself, and its noise augmentation is the cure train/clip.py's ``context_noise`` tries.
+codec's reconstruction of the real frames. Chunks after the first show drift, errors a model feeds
+back to itself (GameNGen §3.2.1; its noise augmentation is train/clip.py's ``context_noise``); the
+first chunk against the game shows what the continuation makes of a true context.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ def measure_chain(clf, clips) -> dict:
     chunks = [judged([c.continued[c.used:] for c in clips])]
     chunks += [judged([c.chain[k][c.used:] for c in clips]) for k in range(len(clips[0].chain))]
     frozen = [np.repeat(c.real[c.used - 1:c.used], len(c.real) - c.used, 0) for c in clips]
-    return {"chunks": chunks, "against_real": against_real(clips), "real_next": judged([c.real[c.used:] for c in clips]),
+    return {"chunks": chunks, "against_real": against_real(clips),
+            "real_next": judged([c.real[c.used:] for c in clips]),
             "frozen_start": judged(frozen), "codec": judged([c.codec[c.used:] for c in clips]),
             "new_frames_per_chunk": len(clips[0].real) - clips[0].used}
 

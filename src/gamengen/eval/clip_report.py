@@ -70,7 +70,8 @@ def about(model, inp, clf, cfg) -> dict:
                       "dataset": m.dataset, "instruct": None if inp.instruct is None else str(inp.instruct),
                       "sampler": {"steps": cfg.steps or s.steps, "shift": s.shift,
                                   "guidance": s.guidance if cfg.guidance is None else cfg.guidance,
-                                  "context_noise": s.context_noise if cfg.context_noise is None else cfg.context_noise}},
+                                  "context_noise": s.context_noise if cfg.context_noise is None
+                                  else cfg.context_noise}},
             "datasets": [{"path": str(p), "game": label, "clips": len(ds), "split_by": by,
                           "classifier_train": count(ds, "train"), "heldout": count(ds, "heldout")}
                          for p, ds, label, by in zip(inp.paths, inp.sets, inp.labels, inp.split_by)],
