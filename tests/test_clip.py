@@ -285,6 +285,36 @@ def test_continue_keeps_the_context(trained, model, tmp_path):
         assert not np.array_equal(out[used:], np.repeat(out[used - 1:used], 17 - used, 0))
 
 
+def test_a_continuation_samples_with_its_own_cfg_weight_and_shift(trained, model, tmp_path):
+    """ClipSampler.continuation_guidance / _shift: a continuation takes them, text-to-clip keeps its own;
+    they travel in gamengen_clip.json, and a file written without them loads as before (None)."""
+    from dataclasses import replace
+
+    from gamengen.engine.clip import continue_clip, generate
+    from gamengen.models.clip_model import ClipModel, ClipSampler
+
+    frames = continue_clip(model, np.zeros((5, 32, 32, 3), np.uint8), PROMPT, seed=0, steps=3)  # any context
+    plain = model.sampler
+    assert (plain.continuation_guidance, plain.continuation_shift) == (None, None)
+    assert plain.for_task(True) == plain.for_task(False) == (plain.guidance, plain.shift)
+    own = replace(plain, continuation_guidance=1.0, continuation_shift=3.0)
+    assert own.for_task(True) == (1.0, 3.0) and own.for_task(False) == (plain.guidance, plain.shift)
+    tuned = ClipModel(model.net, model.codec, model.text, model.meta, own)
+    ctx = frames[:5]
+    assert np.array_equal(continue_clip(tuned, ctx, PROMPT, seed=1, steps=3),
+                          continue_clip(model, ctx, PROMPT, seed=1, steps=3, guidance=1.0, shift=3.0))
+    assert not np.array_equal(continue_clip(tuned, ctx, PROMPT, seed=1, steps=3),
+                              continue_clip(model, ctx, PROMPT, seed=1, steps=3))
+    assert np.array_equal(generate(tuned, PROMPT, seed=1, steps=3), generate(model, PROMPT, seed=1, steps=3))
+    tuned.save_pretrained(tmp_path / "m")
+    assert ClipModel.from_pretrained(tmp_path / "m").sampler == own
+    with pytest.raises(ValueError, match="continuation guidance"):
+        replace(plain, continuation_guidance=-1.0).check()
+    meta = json.loads((tmp_path / "m" / "gamengen_clip.json").read_text())
+    assert meta["sampler"]["continuation_shift"] == 3.0
+    assert ClipSampler(**{k: v for k, v in meta["sampler"].items() if not k.startswith("continuation")}) == plain
+
+
 def refused(args: list, capsys, monkeypatch, *words: str) -> str:
     """Run the real entry point in this process: exit 2 and one line."""
     from gamengen.cli import main

@@ -313,6 +313,8 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(root, tmp_path, capsys
         (ev(*ok, "--classifier", root / "vae"), "no clip classifier"),
         (ev(*ok, "--classifier-steps", "0"), "classifier"),
         (ev(*ok, "--steps", "0"), "steps"),
+        (ev(*ok, "--context", "6"), "--context 6"),
+        (ev(*ok, "--context", "17"), "too short to continue from 17"),
     ]
     for args, word in cases:
         refused(args, capsys, monkeypatch, word)

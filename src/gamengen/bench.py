@@ -441,12 +441,12 @@ def bench_clip(model_dir, prompt: str, repeats: int = 3, steps: int | None = Non
         key = instruct.meta.key_names[0]
         steer = Steering(instruct, (key,), instruction_for(key))
         steered_s = median_s(lambda i: continue_clip(model, clip[:5], prompt, i + 1, steps, steer=steer))
-    calls = steps * (2 if s.guidance != 1 else 1)
+    calls = steps * (2 if s.guidance != 1 else 1)  # text-to-clip's; a continuation's CFG weight may differ
     return {"model": str(model_dir), "machine": machine(), "threads": torch.get_num_threads(),
             "frames": m.frames, "resolution": f"{m.width}x{m.height}", "fps": m.fps, "euler_steps": steps,
-            "guidance": s.guidance, "msdit_calls": calls, "load_s": load_s, "text_to_clip_s": gen_s,
-            "continuation_s": cont_s, "steered_continuation_s": steered_s, "stages_s": {"text": text_s, "decode": decode_s,
-                                                    "euler": max(0.0, gen_s - text_s - decode_s)},
+            "guidance": s.guidance, "continuation_guidance": s.for_task(True)[0], "msdit_calls": calls,
+            "load_s": load_s, "text_to_clip_s": gen_s, "continuation_s": cont_s, "steered_continuation_s": steered_s,
+            "stages_s": {"text": text_s, "decode": decode_s, "euler": max(0.0, gen_s - text_s - decode_s)},
             "clip_seconds": m.frames / m.fps, "real_time": (m.frames / m.fps) / gen_s}
 
 
@@ -534,7 +534,7 @@ def bench_clip_play(model_dir, instruct_dir=None, prompt: str = "", presses: int
     s = model.sampler
     return {"model": str(model_dir), "instruct": None if instruct_dir is None else str(instruct_dir),
             "machine": machine(), "threads": torch.get_num_threads(), "fps": fps,
-            "euler_steps": cfg.steps, "guidance": s.guidance if guidance is None else guidance,
+            "euler_steps": cfg.steps, "guidance": s.for_task(True)[0] if guidance is None else guidance,
             "context_frames": context, "chunk_frames": res["hello"]["chunk_frames"], "presses": presses,
             "key_to_visible_s": {"median": float(np.median(k)), "p90": float(np.percentile(k, 90)), "max": float(k.max())},
             "chunk_generate_ms": float(np.median(res["generate_ms"])), "shown_fps": res["shown_fps"],

@@ -183,7 +183,8 @@ def bench_clip_cmd(
                f"{res['machine']}, {res['threads']} threads")
     typer.echo(f"  text to clip: {res['text_to_clip_s']:.2f} s per clip (text {st['text'] * 1e3:.0f} ms, Euler "
                f"{st['euler']:.2f} s, decode {st['decode']:.2f} s); {res['real_time']:.2f}x real time")
-    typer.echo(f"  continuation (5 context frames): {res['continuation_s']:.2f} s per clip; model load {res['load_s']:.1f} s")
+    typer.echo(f"  continuation (5 context frames, CFG {res['continuation_guidance']:g}): {res['continuation_s']:.2f} s "
+               f"per clip; model load {res['load_s']:.1f} s")
     if res["steered_continuation_s"] is not None:
         typer.echo(f"  steered by InstructNet (a key and its instruction): {res['steered_continuation_s']:.2f} s per "
                    "continuation, the least time from a key to its effect")

@@ -347,7 +347,7 @@ def play(
     ClipWorld(m, net, cfg)  # a bad --context fails here, before the server starts
     km = Keymap.for_clips(m.meta.env_ids, keymap)
     info = {"model": model.name, "steps per chunk": cfg.steps,
-            "guidance": m.sampler.guidance if guidance is None else guidance, "context": context}
+            "guidance": m.sampler.for_task(True)[0] if guidance is None else guidance, "context": context}
     player = ClipPlayer(lambda: ClipWorld(m, net, cfg), km, f"clip play: {model}", EXAMPLE_PROMPT, info,
                         m.meta.fps)
     run_server(lambda p: create_clip_app(player, config, p), config, open_browser)
@@ -378,6 +378,8 @@ def eval_(
     context_noise: Optional[float] = typer.Option(None, help="The flow time continuations show their context at "
                                                              "(default: the model's; for a model trained with "
                                                              "--context-noise)."),
+    context: int = typer.Option(5, help="Real frames each continuation holds clean (1 + 4k): more keep the scene, "
+                                        "fewer leave more frames to judge."),
 ):
     """Evaluate a clip model offline: caption-field accuracy, continuation consistency, dynamic degree and
     motion smoothness against real held-out clips (FID, FVD and learned scores: unavailable without weights)."""
@@ -389,8 +391,8 @@ def eval_(
     from ..eval.clip_report import summary, write_results
 
     changes = {"steps": classifier_steps} if classifier_steps is not None else {}
-    cfg = ClipEvalConfig(clips_per_game, seed, steps, guidance, context_noise, chain, i3d=str(i3d) if i3d else None,
-                         classifier=ClassifierConfig(seed=seed, **changes))
+    cfg = ClipEvalConfig(clips_per_game, seed, steps, guidance, context_noise, chain, context,
+                         i3d=str(i3d) if i3d else None, classifier=ClassifierConfig(seed=seed, **changes))
     inputs = check_inputs(model, list(data), out, cfg, classifier, instruct)
     res, pictures, clf = evaluate_clips(inputs, cfg, bar=progress_bar)
     write_results(out, res, pictures, clf, "gamengen " + " ".join(shlex.quote(a) for a in sys.argv[1:]))

@@ -85,6 +85,16 @@ def context_frames_used(model: ClipModel, given: int) -> int:
     return 1 + r * min((given - 1) // r, L - 2)
 
 
+def check_context(model: ClipModel, given: int, flag: str = "--context") -> None:
+    """A UserError unless ``given`` context frames are exactly what a continuation holds (1 + 4k, at
+    least one latent frame left to make)."""
+    if given < 1 or context_frames_used(model, given) != given:
+        r, L = model.codec.vae.temporal_compression, model.latent_shape[0]
+        fits = ", ".join(str(1 + r * k) for k in range(L - 1))
+        raise UserError(f"{flag} {given}: a continuation holds 1 + {r}k frames clean and generates at least one "
+                        "latent frame", f"pass one of {fits}")
+
+
 @torch.inference_mode()
 def sample_latents(model: ClipModel, prompt: str, seed: int, context: torch.Tensor | None, steps: int | None,
                    guidance: float | None, shift: float | None, steer: Steering | None = None,
@@ -96,8 +106,9 @@ def sample_latents(model: ClipModel, prompt: str, seed: int, context: torch.Tens
     when the keys change)."""
     s = model.sampler
     steps = s.steps if steps is None else steps
-    guidance = s.guidance if guidance is None else guidance
-    shift = s.shift if shift is None else shift
+    task_guidance, task_shift = s.for_task(context is not None)
+    guidance = task_guidance if guidance is None else guidance
+    shift = task_shift if shift is None else shift
     context_noise = s.context_noise if context_noise is None else context_noise
     if steps < 1 or guidance < 0 or shift <= 0 or not 0 <= context_noise < 1:
         raise UserError(f"sampler steps {steps}, guidance {guidance}, shift {shift}, context noise {context_noise}",

@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import UserError
 from ..models.clip_model import ClipModel
 from ..models.instruct_model import InstructModel
-from .clip import Steering, context_frames_used, continue_clip, generate
+from .clip import Steering, check_context, continue_clip, generate
 
 
 def load_clip_play_models(model_dir, instruct_dir=None) -> tuple[ClipModel, InstructModel | None]:
@@ -33,13 +33,14 @@ def load_clip_play_models(model_dir, instruct_dir=None) -> tuple[ClipModel, Inst
 
 @dataclass
 class ClipPlayConfig:
-    # Euler steps per continuation chunk. Fewer than the model's 20 because a chunk is waited for:
-    # with CFG and 5 clean context frames, 6 steps keep the scene about as 20 do (docs/gamegen_x.md,
-    # "Clip play"), in a third of the time. None: the model's sampler.
+    # Euler steps per continuation chunk. Fewer than the model's 20 because a chunk is waited for: at the
+    # bundled model's continuation shift (3) 6 steps come within 1.1 dB of 20 against the game's frames
+    # and keep the game as well, in a third of the time (docs/gamegen_x.md, sixteenth round). None: the model's.
     steps: int | None = 6
     start_steps: int | None = None  # Euler steps of the first clip, from text alone (None: the model's)
-    guidance: float | None = None  # CFG weight on the text (None: the model's; 1 runs one branch, half the work,
-    #                                but the world then drifts from the prompt)
+    guidance: float | None = None  # CFG weight on the text of every chunk (None: the model's, a continuation's
+    #                                for the chunks after the first; 1 runs one branch, half the work, but
+    #                                the world then drifts from the game: sixteenth round)
     context: int = 5  # frames held clean per chunk, 1 + 4k: more keeps the scene, fewer makes more new frames
     seed: int = 0
 
@@ -50,11 +51,7 @@ class ClipWorld:
     def __init__(self, model: ClipModel, instruct: InstructModel | None = None, config: ClipPlayConfig | None = None):
         self.model, self.instruct, self.config = model, instruct, config or ClipPlayConfig()
         c = self.config
-        if c.context != context_frames_used(model, c.context):
-            r, L = model.codec.vae.temporal_compression, model.latent_shape[0]
-            fits = ", ".join(str(1 + r * k) for k in range(L - 1))
-            raise UserError(f"--context {c.context}: a chunk holds 1 + {r}k frames clean and generates at least one "
-                            f"latent frame", f"pass one of {fits}")
+        check_context(model, c.context)
         self.prompt: str | None = None
         self.seed = c.seed
         self.chunk = 0  # chunks made since the last start

@@ -9,8 +9,8 @@ instead, each labelled for what it is:
 - **caption-field accuracy**: a small classifier (eval/clip_classifier.py) trained here on real
   clips predicts the game (map or scenario) of a clip made from a held-out clip's GEN caption; the
   prompted game should win. Its objects head checks the objects the prompt names in view.
-- **continuation consistency**: a held-out clip's first 5 frames (one latent frame, §3.3's x = 1)
-  continued with its caption; the classifier's game on the new frames against its game on the
+- **continuation consistency**: a held-out clip's first 5 frames (``--context``: two latent frames,
+  §3.3's x = 2) continued with its caption; the classifier's game on the new frames against its game on the
   real context frames.
 - **dynamic degree and motion smoothness** from optical flow (eval/clip_motion.py).
 
@@ -44,7 +44,7 @@ from .clip_classifier import (ClassifierConfig, ClipClassifier, TrainingClips, f
 from .clip_motion import motion, share, wilson
 from .clip_report import about, chain_strip, strips
 
-CONTEXT_FRAMES = 5  # continuation context: 1 + 4 frames, one latent frame (§3.3's x = 1)
+CONTEXT_FRAMES = 5  # the default continuation context: 1 + 4 frames, two latent frames of the causal codec (x = 2)
 TARGETS = {"game_accuracy": 0.80, "continuation_consistency": 0.90}  # issue 18's targets
 UNAVAILABLE = "unavailable (needs weights we never download)"
 
@@ -58,6 +58,7 @@ class ClipEvalConfig:
     context_noise: float | None = None  # the flow time continuations show their context at; None: the model's
     # Further continuations of each continuation from its own frames (eval/clip_chain.py): what clip play shows
     chain: int = 0
+    context: int = CONTEXT_FRAMES  # real frames each continuation holds clean, 1 + 4k
     heldout_share: float = 0.25  # of each dataset's source episodes, held out from the classifier
     ceiling_clips: int = 64  # real held-out clips per game the classifier's own accuracy is measured on
     i3d: str | None = None  # TorchScript I3D for FVD; None: eval/fvd.default_i3d_path()
@@ -140,9 +141,9 @@ def check_inputs(model_dir: Path, data: list[Path], out: Path, cfg: ClipEvalConf
         raise UserError(f"the clips in {paths[0]} are {ds.clip_frames} frames of {ds.width}x{ds.height} at "
                         f"{ds.fps:g} fps, the model makes {meta.frames} of {meta.width}x{meta.height} at {meta.fps:g}",
                         "evaluate on clip datasets curated at the model's size, length and rate")
-    if meta.frames < CONTEXT_FRAMES:
-        raise UserError(f"the model makes {meta.frames}-frame clips, too short to continue from {CONTEXT_FRAMES} "
-                        "frames", "evaluate a model trained on longer clips")
+    if meta.frames <= cfg.context:
+        raise UserError(f"the model makes {meta.frames}-frame clips, too short to continue from {cfg.context} "
+                        "frames", "evaluate a model trained on longer clips, or pass a shorter --context")
     classifier = ClipClassifier.load(classifier_dir) if classifier_dir else None
     games: dict[str, Game] = {}
     labels, split_by = [game_label(ds) for ds in sets], []
@@ -242,7 +243,7 @@ def make_clips(model, inp: Inputs, games: list[str], cfg: ClipEvalConfig, advanc
     from ..train.clip import caption_of
     from ..train.world_model import seed_of
 
-    used = context_frames_used(model, CONTEXT_FRAMES)
+    used = context_frames_used(model, cfg.context)
     clips = []
     for game in inp.games:
         for n, (d, i) in enumerate(heldout_order(game, cfg)[:cfg.clips_per_game]):
@@ -379,10 +380,12 @@ def _null_bar(what: str, total: int):
 
 def evaluate_clips(inp: Inputs, cfg: ClipEvalConfig, bar: Callable = _null_bar, device: str | None = None):
     """(report dict, strips {name: image}, classifier) of the checked inputs."""
+    from ..engine.clip import check_context
     from ..models.clip_model import ClipModel
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     model = ClipModel.from_pretrained(inp.model_dir, device)
+    check_context(model, cfg.context)
     steer = None
     if inp.instruct is not None:  # every control off: what attaching InstructNet alone does
         from ..engine.clip import Steering

@@ -70,6 +70,9 @@ def about(model, inp, clf, cfg) -> dict:
                       "dataset": m.dataset, "instruct": None if inp.instruct is None else str(inp.instruct),
                       "sampler": {"steps": cfg.steps or s.steps, "shift": s.shift,
                                   "guidance": s.guidance if cfg.guidance is None else cfg.guidance,
+                                  "continuation_shift": s.for_task(True)[1],
+                                  "continuation_guidance": s.for_task(True)[0] if cfg.guidance is None
+                                  else cfg.guidance,
                                   "context_noise": s.context_noise if cfg.context_noise is None
                                   else cfg.context_noise}},
             "datasets": [{"path": str(p), "game": label, "clips": len(ds), "split_by": by,
@@ -227,7 +230,9 @@ def markdown(res: dict, pictures: list[str], command: str) -> str:
     m = res["model"]
     lines = ["# Clip model evaluation (offline)", "", f"`{command}`", "",
              f"Model `{m['path']}`, {m['train_steps']} training steps; sampled with {m['sampler']['steps']} Euler "
-             f"steps, CFG {m['sampler']['guidance']}, seed {res['config']['seed']}. {res['heldout_note']}" +
+             f"steps, CFG {m['sampler']['guidance']} and shift {m['sampler']['shift']} (continuations: CFG "
+             f"{m['sampler']['continuation_guidance']}, shift {m['sampler']['continuation_shift']}; "
+             f"{res['config']['context']} context frames), seed {res['config']['seed']}. {res['heldout_note']}" +
              (f" The continuations ran through the InstructNet `{m['instruct']}` with no control given (keys, "
               "instruction and video prompt off); text-to-clip is the model's alone." if m.get("instruct") else ""),
              "",

@@ -48,13 +48,26 @@ class ClipSampler:
     # The flow time a continuation's context is shown at (diffusion/flow.euler_sample's context_t): for a
     # model trained with context noise (train/clip.py), GameNGen §3.2.1 picks the level at inference. 0: clean.
     context_noise: float = 0.0
+    # A continuation's own CFG weight and shift (None: as text-to-clip). Ours: the paper samples both
+    # tasks alike, but with clean context frames the Euler steps are better spent at high noise
+    # (docs/gamegen_x.md, sixteenth round: shift 3 brings a continuation 1.1-1.4 dB nearer the game).
+    continuation_guidance: float | None = None
+    continuation_shift: float | None = None
 
     def check(self) -> "ClipSampler":
+        cg, cs = self.continuation_guidance, self.continuation_shift
         if (not (isinstance(self.steps, int) and self.steps >= 1) or self.guidance < 0 or self.shift <= 0
-                or not 0 <= self.context_noise < 1):
+                or not 0 <= self.context_noise < 1 or (cg is not None and cg < 0) or (cs is not None and cs <= 0)):
             raise ValueError(f"sampler steps {self.steps}, guidance {self.guidance}, shift {self.shift}, "
-                             f"context noise {self.context_noise}")
+                             f"context noise {self.context_noise}, continuation guidance {cg}, shift {cs}")
         return self
+
+    def for_task(self, continuing: bool) -> tuple[float, float]:
+        """(CFG weight, shift) of text-to-clip, or of a continuation when ``continuing``."""
+        if not continuing:
+            return self.guidance, self.shift
+        return (self.guidance if self.continuation_guidance is None else self.continuation_guidance,
+                self.shift if self.continuation_shift is None else self.continuation_shift)
 
 
 @dataclass
@@ -126,7 +139,8 @@ class ClipModel:
                 f"GameGen-X's foundation model (§3.3): an MSDiT of {params:,} parameters that makes clips of "
                 f"{m.frames} frames at {m.fps:g} fps, {m.width}x{m.height}, from a text prompt, or continues "
                 f"given frames. Trained {m.train_steps} steps with rectified flow on {games}; samples with "
-                f"{s.steps} Euler steps, CFG weight {s.guidance}, shift {s.shift}.\n\nFiles: `{MSDIT_DIR}/` "
+                f"{s.steps} Euler steps, CFG weight {s.guidance}, shift {s.shift} (continuations: CFG weight "
+                f"{s.for_task(True)[0]}, shift {s.for_task(True)[1]}).\n\nFiles: `{MSDIT_DIR}/` "
                 f"(the MSDiT), `{CODEC_DIR}/` (the video VAE and its 2D autoencoder), `{TEXT_DIR}/` (the "
                 f"frozen T5 text encoder), `{META_FILE}` (what it makes, what it was trained on, the sampler).\n")
 
