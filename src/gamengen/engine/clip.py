@@ -85,13 +85,13 @@ def context_frames_used(model: ClipModel, given: int) -> int:
     return 1 + r * min((given - 1) // r, L - 2)
 
 
-def check_context(model: ClipModel, given: int, flag: str = "--context") -> None:
+def check_context(model: ClipModel, given: int) -> None:
     """A UserError unless ``given`` context frames are exactly what a continuation holds (1 + 4k, at
     least one latent frame left to make)."""
     if given < 1 or context_frames_used(model, given) != given:
         r, L = model.codec.vae.temporal_compression, model.latent_shape[0]
         fits = ", ".join(str(1 + r * k) for k in range(L - 1))
-        raise UserError(f"{flag} {given}: a continuation holds 1 + {r}k frames clean and generates at least one "
+        raise UserError(f"--context {given}: a continuation holds 1 + {r}k frames clean and generates at least one "
                         "latent frame", f"pass one of {fits}")
 
 

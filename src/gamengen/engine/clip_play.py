@@ -34,7 +34,7 @@ def load_clip_play_models(model_dir, instruct_dir=None) -> tuple[ClipModel, Inst
 @dataclass
 class ClipPlayConfig:
     # Euler steps per continuation chunk. Fewer than the model's 20 because a chunk is waited for: at the
-    # bundled model's continuation shift (3) 6 steps come within 1.1 dB of 20 against the game's frames
+    # bundled model's continuation shift (3) 6 steps come within 0.5 dB of 20 against the game's frames
     # and keep the game as well, in a third of the time (docs/gamegen_x.md, sixteenth round). None: the model's.
     steps: int | None = 6
     start_steps: int | None = None  # Euler steps of the first clip, from text alone (None: the model's)

@@ -50,7 +50,7 @@ class ClipSampler:
     context_noise: float = 0.0
     # A continuation's own CFG weight and shift (None: as text-to-clip). Ours: the paper samples both
     # tasks alike, but with clean context frames the Euler steps are better spent at high noise
-    # (docs/gamegen_x.md, sixteenth round: shift 3 brings a continuation 1.1-1.4 dB nearer the game).
+    # (docs/gamegen_x.md, sixteenth round: shift 3 brings a continuation 0.6-1.4 dB nearer the game).
     continuation_guidance: float | None = None
     continuation_shift: float | None = None
 
