@@ -57,6 +57,20 @@ def scored(frames: list[np.ndarray], truth: list[np.ndarray], rows: int) -> dict
             "detail": float(np.mean([detail(f) for f in frames]))}
 
 
+def heldout_clips(model: ClipModel, inp, cfg: ClipEvalConfig) -> list[tuple]:
+    """`clip eval`'s held-out clips, ``cfg.clips_per_game`` a game: (game, real (F, H, W, 3) uint8, the codec's
+    reconstruction of it, its caption as the model's prompt, `clip eval`'s continuation seed)."""
+    clips = []
+    for game in inp.games:
+        for n, (d, i) in enumerate(heldout_order(game, cfg)[:cfg.clips_per_game]):
+            real = inp.sets[d].frames(i)
+            with torch.inference_mode():
+                codec = model.codec.decode_clip(model.codec.encode_clip(real))
+            prompt = caption_of(inp.sets[d].meta(i), model.meta.training.get("captions", "structured"))
+            clips.append((game.label, real, codec, prompt, seed_of(cfg.seed, 3, _key(game.label), n)))
+    return clips
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True, type=Path)
@@ -75,14 +89,7 @@ def main() -> None:
     inp = check_inputs(a.model, a.data, Path("/nonexistent/unused"), cfg, a.judge)
     model = ClipModel.from_pretrained(a.model)
     rows = view_rows(model.meta.height)
-    clips = []  # (game, real, codec, prompt, seed)
-    for game in inp.games:
-        for n, (d, i) in enumerate(heldout_order(game, cfg)[:cfg.clips_per_game]):
-            real = inp.sets[d].frames(i)  # (F, H, W, 3) uint8
-            with torch.inference_mode():
-                codec = model.codec.decode_clip(model.codec.encode_clip(real))
-            prompt = caption_of(inp.sets[d].meta(i), model.meta.training.get("captions", "structured"))
-            clips.append((game.label, real, codec, prompt, seed_of(cfg.seed, 3, _key(game.label), n)))
+    clips = heldout_clips(model, inp, cfg)
     lo, hi = a.start, a.start + a.horizon
     truth = [c[1][lo:hi] for c in clips]
     res = {"model": str(a.model), "clips": len(clips), "predicted_frames": [lo, hi - 1],

@@ -11,7 +11,9 @@
 #                                      # curated into data/control/<game>
 #   scripts/cpu-issue19.sh instruct    # InstructNet beside MODEL (default models/clip-doom) on every
 #                                      # curated game, Canny and flow prompts, MINUTES (default 55), bf16;
-#                                      # in runs/instruct19 (prompt latents are encoded once, ~4 min a game)
+#                                      # in runs/instruct19 (prompt latents are encoded once, ~4 min a game);
+#                                      # INIT=DIR starts from an InstructNet beside the same MODEL
+#                                      # (models/instructnet-doom), THREADS (default 1) its torch threads
 #   scripts/cpu-issue19.sh eval        # SR-C and SR-E of $RUN/model on data/heldout, CONTEXTS (default 4)
 #                                      # per game, into $RUN-control; JUDGE=DIR (an earlier `clip eval`'s
 #                                      # --out) adds SR-E for the summons its classifier knows; INSTRUCT=DIR
@@ -49,8 +51,9 @@ case "${1:?usage: scripts/cpu-issue19.sh heldout|control|instruct|eval}" in
     done
     ;;
   instruct)
-    OMP_NUM_THREADS=1 $GG clip train-instruct --model "$MODEL" "${data[@]}" --out "$RUN" \
-      --prompt-kind canny --prompt-kind flow --steps 100000 --bf16 --max-minutes "${MINUTES:-55}"
+    OMP_NUM_THREADS=${THREADS:-1} $GG clip train-instruct --model "$MODEL" "${data[@]}" --out "$RUN" \
+      --prompt-kind canny --prompt-kind flow --steps 100000 --bf16 --max-minutes "${MINUTES:-55}" \
+      ${INIT:+--init "$INIT"}
     ;;
   eval)
     stores=(); for g in "${HELDOUT[@]}"; do read -r target _ <<<"$g"; stores+=(--data "data/heldout/${target//\//-}"); done

@@ -197,6 +197,24 @@ def test_a_run_in_pieces_equals_one_run(clip_run, instruct, tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_a_run_started_from_an_instructnet_goes_on_from_its_weights_and_steps(clip_run, instruct, tmp_path):
+    from safetensors.torch import load_file
+
+    args = ["clip", "train-instruct", "--model", clip_run / "run" / "model", "--data", clip_run / "clips",
+            "--batch-size", 4, "--checkpoint-every", 5, "--init", instruct / "model"]
+    weights = "instructnet/diffusion_pytorch_model.safetensors"
+    for steps in (0, 2):
+        out = tmp_path / f"run{steps}"
+        shutil.copytree(instruct / "cache", out / "cache")
+        cli(*args, "--prompt-kind", "canny", "--out", out, "--steps", steps, check=True)
+        meta = json.loads((out / "model" / "gamengen_instruct.json").read_text())["meta"]
+        assert meta["train_steps"] == STEPS + steps
+        a, b = load_file(instruct / "model" / weights), load_file(out / "model" / weights)
+        assert all(torch.equal(a[k], b[k]) for k in a) == (steps == 0)
+    bad = cli(*args, "--out", tmp_path / "bad", "--steps", 1)  # no --prompt-kind canny: another InstructNet
+    assert bad.returncode == 2 and "video prompt kinds" in bad.stderr and not (tmp_path / "bad").exists(), bad.stderr
+
+
 def test_control_use_scores_each_control_under_the_same_draws(clip_run, instruct, tmp_path):
     model = clip_run / "run" / "model"
     res = cli("clip", "control-use", "--model", model, "--instruct", instruct / "model", "--batches", 2, "--json",
@@ -207,10 +225,16 @@ def test_control_use_scores_each_control_under_the_same_draws(clip_run, instruct
     assert rows["shuffled"]["loss"] != rows["own"]["loss"] != rows["none"]["loss"] != rows["base"]["loss"]
     assert rows["keys only, shuffled"]["loss"] != rows["keys only, own"]["loss"]
     assert rows["instruction only, shuffled"]["loss"] != rows["instruction only, own"]["loss"]
+    assert "canny prompt only, own" not in rows  # video prompts are scored when asked for
+    with_prompt = json.loads(cli("clip", "control-use", "--model", model, "--instruct", instruct / "model", "--batches", 2,
+                                 "--json", "--prompt-kind", "canny", check=True).stdout)["rows"]
+    assert {k: v for k, v in with_prompt.items() if "prompt" not in k} == rows
+    assert with_prompt["canny prompt only, own"]["loss"] != with_prompt["canny prompt only, shuffled"]["loss"]
     assert cli("clip", "control-use", "--model", model, "--instruct", instruct / "model", "--batches", 2, "--json",
                check=True).stdout == res.stdout  # the same draws every time
     for args, says in {("--cache", tmp_path / "none"): "no encoded clips",
-                       ("--batches", 1): "at least 2 batches"}.items():
+                       ("--batches", 1): "at least 2 batches",
+                       ("--prompt-kind", "flow"): "not trained on flow prompts"}.items():
         bad = cli("clip", "control-use", "--model", model, "--instruct", instruct / "model", *args)
         assert bad.returncode == 2 and says in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
 

@@ -195,6 +195,9 @@ def train_instruct(
                                                      "them (ours; see docs/gamegen_x.md)."),
     timestep_mean: float = typer.Option(0.0, help="Mean of the logit-normal t draw; > 0 trains more near pure "
                                                   "noise, where the motion is decided (ours; see docs/gamegen_x.md)."),
+    init: Optional[Path] = typer.Option(None, "--init", help="An InstructNet trained beside the same clip model "
+                                        "(a run's OUT/model): start from its weights, with a fresh optimizer, and "
+                                        "draw the batches its run would have drawn next."),
     checkpoint_every: int = typer.Option(250),
     seed: int = typer.Option(0),
     max_minutes: Optional[float] = typer.Option(None, help="Stop after about this long, exporting the InstructNet at the step reached (the same command resumes)."),
@@ -207,7 +210,7 @@ def train_instruct(
                               prompts=list(prompts), context_noise=context_noise, instructions=instructions,
                               key_modulation=key_modulation, expert_lr_scale=expert_lr_scale,
                               key_change_share=key_change_share, timestep_mean=timestep_mean,
-                              checkpoint_every=checkpoint_every,
+                              init=str(init) if init else None, checkpoint_every=checkpoint_every,
                               seed=seed, max_minutes=max_minutes, bf16=bf16)
     last = [float("nan")]
     with progress_bar("InstructNet", cfg.steps) as advance:
@@ -461,6 +464,9 @@ def control_use(
     cache: Optional[Path] = typer.Option(None, help="Encoded clips (default: the training run's cache beside "
                                                     "--instruct; encoding every clip again takes long)."),
     batches: int = typer.Option(16, help="Batches of 8 clips; each is scored under every row's controls."),
+    prompt_kind: List[str] = typer.Option([], "--prompt-kind", help="Also score this video prompt alone, the clip's "
+                                          "own and another's (a kind it trained on; encoded into the cache "
+                                          "first, minutes a dataset); repeat it."),
     seed: int = typer.Option(0),
     as_json: bool = typer.Option(False, "--json"),
 ):
@@ -481,7 +487,7 @@ def control_use(
     cache = cache or instruct.parent / "cache"
     if not cache.is_dir():
         raise UserError(f"no encoded clips in {cache}", "pass --cache RUN/cache of the InstructNet's training run")
-    res = measure(m, net, clips, cache, batches=batches, seed=seed)
+    res = measure(m, net, clips, cache, batches=batches, seed=seed, prompts=tuple(prompt_kind))
     if as_json:
         typer.echo(json.dumps(res, indent=2))
         return

@@ -9,6 +9,9 @@ InstructNet trained on, under the same draws (clip, context length, t, noise), w
   costs loss here;
 - none: no control at all;
 - keys only / instruction only: one of the two, own or shuffled;
+- with ``prompts``, per video prompt kind: that prompt alone, own or shuffled. A prompt of motion
+  vectors shows the very motion the chunk should have, so it is the strongest control InstructNet has:
+  if it does not read that one either, its path into the base, not the keys, is what is weak;
 - base: the frozen clip model alone.
 
 ``shuffled - own`` is what the controls carry; ``base - none`` is what InstructNet adds as extra
@@ -47,18 +50,23 @@ DRAW_STEP = 10**9  # the draws' step index: far from any training step's draws
 
 
 def control_use(model: ClipModel, instruct: InstructModel, clips: list[Path], cache: Path, batches: int = 16,
-                batch_size: int = 8, seed: int = 0) -> dict:
-    """Mean flow loss per row of ROWS over ``batches`` batches, with each row's paired difference from
-    ``own`` (mean and standard error over batches)."""
+                batch_size: int = 8, seed: int = 0, prompts: tuple[str, ...] = ()) -> dict:
+    """Mean flow loss per row of ROWS (and, per kind in ``prompts``, the prompt alone, own and shuffled)
+    over ``batches`` batches, with each row's paired difference from ``own`` (mean and standard error
+    over batches). A prompt kind not yet in ``cache`` is encoded there first (minutes a dataset)."""
     if batches < 2 or batch_size < 2:
         raise UserError(f"{batches} batches of {batch_size}", "use at least 2 batches of at least 2 clips")
+    unread = [k for k in prompts if k not in instruct.meta.prompts]
+    if unread:
+        raise UserError(f"this InstructNet was not trained on {unread[0]} prompts",
+                        f"pass one of: {', '.join(instruct.meta.prompts) or '(none: it reads no video prompt)'}")
     sets, captions = open_datasets(clips)
     controls = clip_controls(sets)
     if controls[0] != instruct.meta.key_names:
         raise UserError(f"these clips' keys ({', '.join(controls[0])}) are not the InstructNet's "
                         f"({', '.join(instruct.meta.key_names)})", "pass the clip datasets it trained on")
-    data = instruct_data(sets, captions, controls, model, cache, ())
-    cfg = InstructTrainConfig(prompts=(), seed=seed)
+    data = instruct_data(sets, captions, controls, model, cache, prompts)
+    cfg = InstructTrainConfig(prompts=[], seed=seed)
     shape = tuple(data.latents.shape[1:])
     cond = model.conditions(batch_size)
     steered = controlled(model.net, instruct.net)
@@ -86,6 +94,12 @@ def control_use(model: ClipModel, instruct: InstructModel, clips: list[Path], ca
 
         for row, controls_of in ROWS:
             losses[row].append(loss(controls_of(own, shuffled, off)))
+        clip_ids = [d.clip for d in draws]
+        for kind, latents in zip(prompts, data.prompts):
+            p = torch.from_numpy(latents[clip_ids].astype(np.float32)).to(model.net.device)  # (B, L, C, h, w)
+            for which, v in (("own", p), ("shuffled", p[roll])):
+                c = _off(own, has_keys=off, has_instruction=off, prompt=v, has_prompt=~off)
+                losses.setdefault(f"{kind} prompt only, {which}", []).append(loss(c))
     own_l = np.array(losses["own"])
     rows = {}
     for row, v in losses.items():

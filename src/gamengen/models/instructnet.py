@@ -145,7 +145,7 @@ class InstructNet(ModelMixin, ConfigMixin):
         """An InstructNet for ``base``: its width, heads and latents, ``num_layers`` (default half the
         base's) layers whose blocks start as copies of the base's first ones (ControlNet's init)."""
         c = base.config
-        n = num_layers or max(1, c.num_layers // 2)
+        n = num_layers or cls.default_layers(base)
         if not 1 <= n <= c.num_layers:
             raise ValueError(f"InstructNet layers must be 1..{c.num_layers}, got {n}")
         net = cls(hidden_size=c.hidden_size, num_layers=n, num_heads=c.num_heads, latent_channels=c.latent_channels,
@@ -155,6 +155,12 @@ class InstructNet(ModelMixin, ConfigMixin):
             layer.spatial.load_state_dict(copy.deepcopy(spatial.state_dict()))
             layer.temporal.load_state_dict(copy.deepcopy(temporal.state_dict()))
         return net
+
+    @staticmethod
+    def default_layers(base: MSDiT) -> int:
+        """Half the base's layers (the paper: 28 InstructNet blocks, half spatial and half temporal, beside 28
+        base layers of two blocks each)."""
+        return max(1, base.config.num_layers // 2)
 
     def fits(self, base: MSDiT) -> str | None:
         """What does not fit between this InstructNet and ``base``, or None."""

@@ -72,6 +72,9 @@ class InstructTrainConfig:
     # al. 2024) shifts t toward noise in the same spirit for larger images.
     timestep_mean: float = 0.0
     timesteps: str = "logit_normal"
+    # An InstructNet folder trained beside the same clip model: a new run starts from its weights with a fresh
+    # optimizer, and draws the batches its run would have drawn next (the steps count on from its own).
+    init: str | None = None
     seed: int = 0
     checkpoint_every: int = 250
     keep_checkpoints: int = 2
@@ -247,10 +250,27 @@ def _check_datasets(sets: list[ClipDataset], base: ClipModel, clips: list[Path])
                         "curate the clips like the clip model's own")
 
 
+def _init_net(cfg: InstructTrainConfig, base: ClipModel, names: list[str]) -> InstructModel | None:
+    """The ``cfg.init`` InstructNet, checked against this run: the same clip model (InstructModel checks its
+    digest), keys, video prompts, layers and key modulation."""
+    if not cfg.init:
+        return None
+    init = InstructModel.from_pretrained(cfg.init, base)
+    layers = cfg.layers or InstructNet.default_layers(base.net)
+    ours = (names, list(cfg.prompts), layers, cfg.key_modulation)
+    theirs = (init.meta.key_names, init.meta.prompts, init.net.config.num_layers, init.net.config.key_modulation)
+    for what, a, b in zip(("keys", "video prompt kinds", "layer pairs", "key modulation"), ours, theirs):
+        if a != b:
+            raise UserError(f"the InstructNet in {cfg.init} has {what} {b}, this run {a}",
+                            "pass the same --prompt-kind, --layers and --key-modulation as its run, on clips with "
+                            "the same keys, or leave --init out")
+    return init
+
+
 def _upgrade(old: dict) -> None:
     """Settings of runs begun before a setting existed: its default then."""
     for k, v in (("instructions", True), ("key_modulation", False), ("expert_lr_scale", 1.0), ("key_change_share", 0.0),
-                 ("timestep_mean", 0.0)):
+                 ("timestep_mean", 0.0), ("init", None)):
         old.setdefault(k, v)
 
 
@@ -265,6 +285,8 @@ def train_instruct(clips: list[str | Path], model: str | Path, out: str | Path, 
     _check_datasets(sets, base, clips)
     controls = clip_controls(sets)
     names = controls[0]
+    init = _init_net(cfg, base, names)  # before anything is written
+    init_steps = init.meta.train_steps if init else 0
     data_paths = [str(c.resolve()) for c in clips]
     run = RunFolder(out, {**dataclasses.asdict(cfg), "data": data_paths, "model": str(Path(model).resolve()),
                           "base": base_key(base)}, keep=cfg.keep_checkpoints,
@@ -275,6 +297,9 @@ def train_instruct(clips: list[str | Path], model: str | Path, out: str | Path, 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
         net = InstructNet.from_base(base.net, names, cfg.layers, cfg.key_modulation)
+    if init is not None:
+        net.load_state_dict(init.net.state_dict())  # a resumed run then loads its own checkpoint over it
+        del init
     net.to(device).train()
     groups: list = [{"params": list(net.parameters())}]
     if cfg.expert_lr_scale != 1:  # a second group only then: runs begun with one group still resume
@@ -290,7 +315,7 @@ def train_instruct(clips: list[str | Path], model: str | Path, out: str | Path, 
     changing = key_changes(data.keys, r) if cfg.key_change_share > 0 else None  # only the share draws them
 
     def step_loss(step: int) -> torch.Tensor:
-        draws = [draw_sample(cfg, step, i, len(data.latents), shape, data.has_keys, changing)
+        draws = [draw_sample(cfg, init_steps + step, i, len(data.latents), shape, data.has_keys, changing)
                  for i in range(cfg.batch_size)]
         z, noise, t, mask, text, text_mask, controls = batch_inputs(draws, data, r, device)
         kwargs = {"encoder_hidden_states": text, "encoder_attention_mask": text_mask, **cond, **controls.as_kwargs()}
@@ -301,7 +326,7 @@ def train_instruct(clips: list[str | Path], model: str | Path, out: str | Path, 
                      checkpoint_every=cfg.checkpoint_every, max_minutes=cfg.max_minutes)
     net.eval().requires_grad_(False)
     dataset = {"paths": data_paths, "clips": len(data.latents), "with_keys": int(data.has_keys.sum())}
-    meta = InstructMeta(base_key(base), str(Path(model)), names, list(cfg.prompts), done, dataset,
+    meta = InstructMeta(base_key(base), str(Path(model)), names, list(cfg.prompts), init_steps + done, dataset,
                         {"no_control": cfg.no_control, "recipe": cfg.recipe, "text_dropout": cfg.text_dropout,
                          "context_noise": cfg.context_noise, "instructions": cfg.instructions, "learning_rate": cfg.learning_rate,
                          "key_modulation": cfg.key_modulation, "expert_lr_scale": cfg.expert_lr_scale,
@@ -310,7 +335,7 @@ def train_instruct(clips: list[str | Path], model: str | Path, out: str | Path, 
     result = InstructModel(net, meta)
     params = sum(p.numel() for p in net.parameters())
     card = (f"# gamengen InstructNet\n\nGameGen-X's control branch (§3.4): {net.config.num_layers} layer pairs, "
-            f"{params:,} parameters, trained {done} steps beside the frozen clip model `{model}` (the two go "
+            f"{params:,} parameters, trained {init_steps + done} steps beside the frozen clip model `{model}` (the two go "
             f"together: this InstructNet refuses any other). It reads the keys {', '.join(names)} per frame, "
             f"an instruction caption and {'video prompts (' + ', '.join(cfg.prompts) + ')' if cfg.prompts else 'no video prompts'}.\n"
             f"\nTrained on {len(data.latents)} clips of " + ", ".join(f"`{c}`" for c in clips) + ".\n")
