@@ -39,7 +39,8 @@ def main() -> None:
     cfg = ControlEvalConfig(a.contexts)
     used, gen = chunk(model, cfg)
     rng = np.random.default_rng(cfg.seed)  # as eval-control draws its contexts
-    variants = [f"{k} prompt only" for k in a.kind or ["flow"]] + [f"{k} prompt, keys, instruction" for k in a.kind or ["flow"]]
+    kinds = a.kind or ["flow"]
+    variants = [f"{k} prompt only" for k in kinds] + [f"{k} prompt, keys, instruction" for k in kinds]
     cases = []
     for path in a.stores:
         store = Store.open(path)

@@ -5,7 +5,7 @@
 For `clip eval`'s held-out clips (seed 0, the judge's split, 4 a game): the real clip, the codec's
 reconstruction and the model's continuation of the first 5 frames (its own sampler, `clip eval`'s
 seeds). Triplet k is frames k, k+1, k+2: the change of velocity from the flow k -> k+1 to the flow
-k+1 -> k+2, followed along the flow as eval/clip_motion.smoothness does, summed over all clips. The
+k+1 -> k+2 (eval/clip_motion.smoothness_terms), summed over all clips. The
 video VAE packs frames 1-4, 5-8, 9-12, 13-16 into one latent frame each, so triplets 3, 7 and 11 are
 the ones whose second flow crosses into the next latent frame.
 """
@@ -16,31 +16,13 @@ import argparse
 import json
 from pathlib import Path
 
-import cv2
 import numpy as np
 from continuation_sweep import heldout_clips  # beside this file
 
 from gamengen.engine.clip import continue_clip
 from gamengen.eval.clip import ClipEvalConfig, check_inputs
-from gamengen.eval.clip_motion import MOVING_PX, flow_fields
+from gamengen.eval.clip_motion import flow_fields, smoothness_terms
 from gamengen.models.clip_model import ClipModel
-
-
-def triplet_terms(frames: np.ndarray) -> np.ndarray:
-    """(F, H, W, 3) uint8 -> (F - 2, 2): per triplet, the velocity change and the speed summed over the
-    moving pixels that stay in view (eval/clip_motion.smoothness's numerator and denominator)."""
-    fields = flow_fields(frames)
-    n, h, w, _ = fields.shape
-    ys, xs = np.mgrid[0:h, 0:w].astype(np.float32)
-    out = []
-    for u, nxt in zip(fields[:-1], fields[1:]):
-        tx, ty = xs + u[..., 0], ys + u[..., 1]
-        inside = (tx >= 0) & (tx <= w - 1) & (ty >= 0) & (ty <= h - 1)
-        after = cv2.remap(nxt, tx, ty, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-        speed = np.hypot(u[..., 0], u[..., 1]) + np.hypot(after[..., 0], after[..., 1])
-        keep = inside & (speed >= MOVING_PX)
-        out.append((float(np.hypot(*(after - u)[keep].T).sum()), float(speed[keep].sum())))
-    return np.array(out)
 
 
 def main() -> None:
@@ -57,7 +39,7 @@ def main() -> None:
     for _, real, codec, prompt, seed in heldout_clips(model, inp, cfg):
         made = continue_clip(model, real[:5], prompt, seed, None, None)
         for k, v in (("real", real), ("codec", codec), ("continuation", made)):
-            terms[k].append(triplet_terms(v))
+            terms[k].append(np.array(smoothness_terms(flow_fields(v))))
     res = {}
     for k, v in terms.items():
         t = np.stack(v)  # (clips, F - 2, 2)

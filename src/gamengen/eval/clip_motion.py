@@ -63,19 +63,28 @@ def moving_pairs(fields: np.ndarray) -> tuple[int, float]:
     return int((peaks > threshold).sum()), threshold
 
 
-def smoothness(fields: np.ndarray) -> float:
-    """Motion smoothness in [0, 1] of (n, h, w, 2) flow fields (module docstring)."""
+def smoothness_terms(fields: np.ndarray) -> list[tuple[float, float]]:
+    """Per consecutive pair of (n, h, w, 2) flow fields: (the velocity change, the speed), each summed over
+    the moving pixels that stay in view; smoothness's numerator and denominator, pair by pair."""
     n, h, w, _ = fields.shape
     ys, xs = np.mgrid[0:h, 0:w].astype(np.float32)
-    change = total = 0.0
+    terms = []
     for u, nxt in zip(fields[:-1], fields[1:]):
         tx, ty = xs + u[..., 0], ys + u[..., 1]  # where each pixel went
         inside = (tx >= 0) & (tx <= w - 1) & (ty >= 0) & (ty <= h - 1)
         after = cv2.remap(nxt, tx, ty, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)  # u_k+1 there
         speed = np.hypot(u[..., 0], u[..., 1]) + np.hypot(after[..., 0], after[..., 1])
         keep = inside & (speed >= MOVING_PX)
-        change += float(np.hypot(*(after - u)[keep].T).sum())
-        total += float(speed[keep].sum())
+        terms.append((float(np.hypot(*(after - u)[keep].T).sum()), float(speed[keep].sum())))
+    return terms
+
+
+def smoothness(fields: np.ndarray) -> float:
+    """Motion smoothness in [0, 1] of (n, h, w, 2) flow fields (module docstring)."""
+    change = total = 0.0
+    for c, t in smoothness_terms(fields):
+        change += c
+        total += t
     return 1.0 if total == 0 else float(np.clip(1.0 - change / total, 0.0, 1.0))
 
 
