@@ -103,7 +103,7 @@ def test_latent_keys_are_the_keys_that_led_to_each_latent_frames_video_frames():
 
 
 def test_the_draws_follow_the_stage_2_recipe():
-    from gamengen.train.instruct import InstructTrainConfig, draw_sample
+    from gamengen.train.instruct import InstructTrainConfig, draw_sample, parse_recipe
 
     def shares(cfg, has_keys):
         n = 4000
@@ -127,6 +127,10 @@ def test_the_draws_follow_the_stage_2_recipe():
     plain = [draw_sample(InstructTrainConfig(), s, 0, 5, (3, 1, 1, 1), np.ones(5, bool)) for s in range(200)]
     assert [d.mode for d in ablated] == [d.mode for d in plain] and not any(d.instruction for d in ablated)
     assert all(d.instruction == (d.mode != "none") for d in plain)
+    # --recipe prompt=1 --no-control 0.1: every controlled sample gets a video prompt
+    only_prompts = shares(InstructTrainConfig(prompts=["flow"], no_control=0.1, recipe=parse_recipe(["prompt=1"])),
+                          np.ones(5, bool))
+    assert set(only_prompts) == {"none", "prompt"} and abs(only_prompts["prompt"] - 0.9) < 0.03, only_prompts
 
 
 def test_key_change_share_draws_clips_whose_keys_change_inside_them():
@@ -211,8 +215,11 @@ def test_a_run_started_from_an_instructnet_goes_on_from_its_weights_and_steps(cl
         assert meta["train_steps"] == STEPS + steps
         a, b = load_file(instruct / "model" / weights), load_file(out / "model" / weights)
         assert all(torch.equal(a[k], b[k]) for k in a) == (steps == 0)
-    bad = cli(*args, "--out", tmp_path / "bad", "--steps", 1)  # no --prompt-kind canny: another InstructNet
+    # a prompt kind it never read; fewer kinds (none here) may go on, each kind goes through the one embedding
+    bad = cli(*args, "--prompt-kind", "flow", "--out", tmp_path / "bad", "--steps", 1)
     assert bad.returncode == 2 and "video prompt kinds" in bad.stderr and not (tmp_path / "bad").exists(), bad.stderr
+    bad = cli(*args, "--recipe", "keys=1", "--recipe", "pose=1", "--out", tmp_path / "bad", "--steps", 1)
+    assert bad.returncode == 2 and "--recipe" in bad.stderr and not (tmp_path / "bad").exists(), bad.stderr
 
 
 def test_control_use_scores_each_control_under_the_same_draws(clip_run, instruct, tmp_path):

@@ -195,6 +195,10 @@ def train_instruct(
                                                      "them (ours; see docs/gamegen_x.md)."),
     timestep_mean: float = typer.Option(0.0, help="Mean of the logit-normal t draw; > 0 trains more near pure "
                                                   "noise, where the motion is decided (ours; see docs/gamegen_x.md)."),
+    no_control: float = typer.Option(0.2, help="The share of samples given no control (§3.5: 20%)."),
+    recipe: List[str] = typer.Option([], "--recipe", help="MODE=SHARE for the controlled samples, repeated, modes "
+                                     "keys, instruction, prompt, all (each with the instruction); a mode left out "
+                                     "gets 0. Default §3.5's keys=0.3 instruction=0.3 prompt=0.3 all=0.1."),
     init: Optional[Path] = typer.Option(None, "--init", help="An InstructNet trained beside the same clip model "
                                         "(a run's OUT/model): start from its weights, with a fresh optimizer, and "
                                         "draw the batches its run would have drawn next."),
@@ -204,9 +208,10 @@ def train_instruct(
     bf16: bool = typer.Option(False, help="bf16 autocast of the forward pass."),
 ):
     """Train InstructNet beside the frozen clip model (§3.4, §3.5 stage 2): keys, instructions, video prompts."""
-    from ..train.instruct import InstructTrainConfig, train_instruct as train_net
+    from ..train.instruct import InstructTrainConfig, parse_recipe, train_instruct as train_net
 
     cfg = InstructTrainConfig(steps=steps, batch_size=batch_size, learning_rate=learning_rate, layers=layers,
+                              no_control=no_control, **({"recipe": parse_recipe(recipe)} if recipe else {}),
                               prompts=list(prompts), context_noise=context_noise, instructions=instructions,
                               key_modulation=key_modulation, expert_lr_scale=expert_lr_scale,
                               key_change_share=key_change_share, timestep_mean=timestep_mean,

@@ -101,6 +101,22 @@ class InstructTrainConfig:
             raise UserError(f"unknown video prompt kind {unknown[0]!r}", "use one of: " + ", ".join(KINDS))
 
 
+def parse_recipe(entries: list[str]) -> dict:
+    """["prompt=0.8", "all=0.2"] -> a recipe (InstructTrainConfig.recipe); the modes left out get 0."""
+    recipe = dict.fromkeys(MODES[1:], 0.0)
+    for e in entries:
+        mode, sep, share = e.partition("=")
+        try:
+            ok = sep and mode in recipe and float(share) >= 0
+        except ValueError:
+            ok = False
+        if not ok:
+            raise UserError(f"bad --recipe {e!r}", f"write MODE=SHARE with MODE one of {', '.join(MODES[1:])} and "
+                                                   "SHARE >= 0, e.g. --recipe prompt=1")
+        recipe[mode] = float(share)
+    return recipe
+
+
 @dataclass
 class InstructDraw:
     clip: int
@@ -252,18 +268,23 @@ def _check_datasets(sets: list[ClipDataset], base: ClipModel, clips: list[Path])
 
 def _init_net(cfg: InstructTrainConfig, base: ClipModel, names: list[str]) -> InstructModel | None:
     """The ``cfg.init`` InstructNet, checked against this run: the same clip model (InstructModel checks its
-    digest), keys, video prompts, layers and key modulation."""
+    digest), keys, layers and key modulation, and video prompt kinds among those it trained on (every kind
+    goes through the one prompt embedding, so a run may go on with fewer)."""
     if not cfg.init:
         return None
     init = InstructModel.from_pretrained(cfg.init, base)
     layers = cfg.layers or InstructNet.default_layers(base.net)
-    ours = (names, list(cfg.prompts), layers, cfg.key_modulation)
-    theirs = (init.meta.key_names, init.meta.prompts, init.net.config.num_layers, init.net.config.key_modulation)
-    for what, a, b in zip(("keys", "video prompt kinds", "layer pairs", "key modulation"), ours, theirs):
+    ours = (names, layers, cfg.key_modulation)
+    theirs = (init.meta.key_names, init.net.config.num_layers, init.net.config.key_modulation)
+    for what, a, b in zip(("keys", "layer pairs", "key modulation"), ours, theirs):
         if a != b:
             raise UserError(f"the InstructNet in {cfg.init} has {what} {b}, this run {a}",
-                            "pass the same --prompt-kind, --layers and --key-modulation as its run, on clips with "
-                            "the same keys, or leave --init out")
+                            "pass the same --layers and --key-modulation as its run, on clips with the same keys, "
+                            "or leave --init out")
+    if not set(cfg.prompts) <= set(init.meta.prompts):
+        raise UserError(f"the InstructNet in {cfg.init} never trained on the video prompt kinds "
+                        f"{sorted(set(cfg.prompts) - set(init.meta.prompts))}",
+                        f"pass --prompt-kind among {init.meta.prompts or 'none'}, or leave --init out")
     return init
 
 
