@@ -207,15 +207,19 @@ def test_a_run_started_from_an_instructnet_goes_on_from_its_weights_and_steps(cl
     args = ["clip", "train-instruct", "--model", clip_run / "run" / "model", "--data", clip_run / "clips",
             "--batch-size", 4, "--checkpoint-every", 5, "--init", instruct / "model"]
     weights = "instructnet/diffusion_pytorch_model.safetensors"
-    for steps in (0, 2):
+    # the 2-step run goes on with fewer prompt kinds (none: every kind goes through the one prompt embedding)
+    # and another control mix
+    for steps, more in ((0, ["--prompt-kind", "canny"]), (2, ["--recipe", "keys=1"])):
         out = tmp_path / f"run{steps}"
         shutil.copytree(instruct / "cache", out / "cache")
-        cli(*args, "--prompt-kind", "canny", "--out", out, "--steps", steps, check=True)
+        cli(*args, *more, "--out", out, "--steps", steps, check=True)
         meta = json.loads((out / "model" / "gamengen_instruct.json").read_text())["meta"]
         assert meta["train_steps"] == STEPS + steps
+        assert meta["prompts"] == (["canny"] if steps == 0 else [])
+        assert meta["training"]["recipe"]["keys"] == (0.3 if steps == 0 else 1)
         a, b = load_file(instruct / "model" / weights), load_file(out / "model" / weights)
         assert all(torch.equal(a[k], b[k]) for k in a) == (steps == 0)
-    # a prompt kind it never read; fewer kinds (none here) may go on, each kind goes through the one embedding
+    # a prompt kind it never read
     bad = cli(*args, "--prompt-kind", "flow", "--out", tmp_path / "bad", "--steps", 1)
     assert bad.returncode == 2 and "video prompt kinds" in bad.stderr and not (tmp_path / "bad").exists(), bad.stderr
     bad = cli(*args, "--recipe", "keys=1", "--recipe", "pose=1", "--out", tmp_path / "bad", "--steps", 1)
