@@ -113,6 +113,13 @@ def test_keys_steer_the_next_chunk_and_an_abandoned_chunk_changes_nothing(clip_r
     fresh2.start(PROMPT, 0)
     steered = fresh2.next_chunk(("RIGHT",))
     assert np.abs(steered.astype(int) - plain).max() > 0  # InstructNet's operation signal reaches the frames
+    # control guidance pushes the keys' effect further (a third branch with the controls off)
+    pushed = ClipWorld(w.model, w.instruct, ClipPlayConfig(steps=STEPS, control_guidance=4.0))
+    pushed.start(PROMPT, 0)
+    assert np.abs(pushed.next_chunk(("RIGHT",)).astype(int) - steered).max() > 0
+    idle = ClipWorld(w.model, w.instruct, ClipPlayConfig(steps=STEPS, control_guidance=4.0))
+    idle.start(PROMPT, 0)
+    assert np.array_equal(idle.next_chunk(), plain)  # no key, no instruction: the base's chunk, guided or not
     with pytest.raises(UserError, match="1 \\+ 4k"):
         ClipWorld(w.model, None, ClipPlayConfig(context=4))
 
@@ -152,15 +159,17 @@ def test_bad_messages_close_only_their_socket(clip_server):
 
 def test_clip_play_bad_input_is_one_line_exit_2(clip_run, tmp_path):
     model = clip_run / "run" / "model"
-    for args, what in ((["--context", "4"], "--context 4"), (["--model", tmp_path / "nothing"], "nothing")):
+    for args, what in ((["--context", "4"], "--context 4"), (["--model", tmp_path / "nothing"], "nothing"),
+                       (["--control-guidance", "-1"], "control guidance -1")):
         res = cli("clip", "play", "--model", model, "--no-open", "--port", "0", *args)
         assert res.returncode == 2 and what in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
 
 
 def test_bench_clip_play_measures_key_to_visible_through_the_server(clip_run, instruct):
     res = cli("bench", "clip-play", "--model", clip_run / "run" / "model", "--instruct", instruct / "model",
-              "--steps", 2, "--presses", 3, "--json", check=True)
+              "--steps", 2, "--presses", 3, "--control-guidance", 2, "--json", check=True)
     r = json.loads(res.stdout)
+    assert r["control_guidance"] == 2
     assert len(r["samples_s"]) == 3 and all(s > 0 for s in r["samples_s"])
     assert r["key_to_visible_s"]["max"] >= r["key_to_visible_s"]["median"] > 0
     assert r["chunk_frames"] == 12 and r["euler_steps"] == 2

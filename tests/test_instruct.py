@@ -351,6 +351,28 @@ def test_eval_control_replays_the_real_game_under_each_key(clip_run, instruct, t
     assert CONTROL_KEYS == KEYS  # the command's default keys are the evaluation's
 
 
+def test_control_report_says_whether_the_keys_steer_at_all(tmp_path):
+    """Beside SR-C: the share of chunks going their key's own way, whatever the real game did, and the
+    contexts whose chunks differ by key; keys of no known way (the toy's) are left out of the first."""
+    from gamengen.eval.control import Case, ControlResult, write_report
+
+    def case(t, key, real, steered, base="pan left", codec="pan left"):
+        return Case("vizdoom:x", "e", t, key, real, steered, base, codec)
+
+    res = ControlResult([case(1, "TURN_LEFT", "pan left", "pan left"), case(1, "TURN_RIGHT", "static", "pan right"),
+                         case(1, "FORWARD", "forward", "pan right"), case(2, "BACKWARD", "mixed", "pan left"),
+                         case(2, "JUMP", "static", "pan left"), case(3, "FORWARD", "forward", "forward")])
+    summary = write_report(tmp_path / "r", res, {}, "test")
+    way = summary["sr_c"]["key_way"]
+    assert way["cases"] == 5 and way["steered"] == pytest.approx(3 / 5) and way["base"] == pytest.approx(1 / 5)
+    # context 1 gets two labels from its keys, context 2 one; context 3 has a single key and is not counted
+    assert summary["sr_c"]["contexts_changed"] == {"steered": 1, "base": 0, "contexts": 2}
+    assert summary["sr_c"]["steered"] == pytest.approx(2 / 3)  # SR-C itself still scores against the real game
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "| chunk goes its key's own way (5 cases) | 0.60 | 0.20 | 0.20 | 0.25 |" in md
+    assert "| contexts whose chunks differ by key | 1 of 2 | 0 of 2 | | |" in md
+
+
 def test_clip_eval_with_instructnet_attached_changes_only_the_continuations(clip_run, instruct, tmp_path):
     """Issue 19's third target is measured by `clip eval --instruct`: the same judge, prompts and noise,
     the continuations through InstructNet with every control off, text-to-clip the base's alone."""

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from ..errors import UserError
-from .common import bench_app, BUNDLED_MODEL, ENV_HELP, interactive_threads, progress_bar, record_config
+from .common import bench_app, BUNDLED_MODEL, CONTROL_GUIDANCE, ENV_HELP, interactive_threads, progress_bar, record_config
 
 
 @bench_app.command("record")
@@ -199,6 +199,7 @@ def bench_clip_play_cmd(
     steps: Optional[int] = typer.Option(None, help="Euler steps per chunk (default: clip play's, 6)."),
     guidance: Optional[float] = typer.Option(None, help="CFG weight (default: the model's; 1: one branch)."),
     context: int = typer.Option(5, help="Context frames per chunk (1 + 4k)."),
+    control_guidance: float = CONTROL_GUIDANCE,
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Key press to visible effect in clip play, through the real server on loopback (`gamengen clip play`)."""
@@ -209,14 +210,16 @@ def bench_clip_play_cmd(
     if presses < 1:
         raise UserError("--presses must be at least 1", "pass a positive number")
     with progress_bar("key changes", presses) as advance:
-        res = bench_clip_play(model, instruct, EXAMPLE_PROMPT, presses, steps, guidance, context, report=advance)
+        res = bench_clip_play(model, instruct, EXAMPLE_PROMPT, presses, steps, guidance, context,
+                              control_guidance=control_guidance, report=advance)
     if as_json:
         typer.echo(json.dumps(res, indent=2))
         return
     k = res["key_to_visible_s"]
     typer.echo(f"{res['model']}" + (f" + {res['instruct']}" if res["instruct"] else " (no InstructNet)") +
                f"; {res['machine']}, {res['threads']} threads")
-    typer.echo(f"  {res['euler_steps']} Euler steps, CFG weight {res['guidance']:g}, {res['context_frames']} context "
+    typer.echo(f"  {res['euler_steps']} Euler steps, CFG weight {res['guidance']:g} (controls "
+               f"{res['control_guidance']:g}), {res['context_frames']} context "
                f"frames -> {res['chunk_frames']} new frames per chunk at {res['fps']:g} fps")
     typer.echo(f"  key to visible effect: median {k['median']:.2f} s, p90 {k['p90']:.2f} s, max {k['max']:.2f} s "
                f"({res['presses']} key changes, {res['restarts']} chunks begun again)")

@@ -12,10 +12,8 @@ import numpy as np
 import typer
 
 from ..errors import UserError
-from .common import app, console, interactive_threads, progress_bar, step_reporter
+from .common import CONTROL_GUIDANCE, app, console, interactive_threads, progress_bar, step_reporter
 
-CONTROL_GUIDANCE = typer.Option(1.0, help="CFG weight on InstructNet's controls against the same InstructNet "
-                                          "with them off (1: none; ours, not the paper's).")
 
 clip_app = typer.Typer(no_args_is_help=True, help="GameGen-X clips: train the clip model, make clips from text, "
                                                   "continue recorded play.")
@@ -333,6 +331,7 @@ def play(
                                                          "work, but the world drifts from the prompt)."),
     context: int = typer.Option(5, help="Frames each chunk continues from (1 + 4k): more keep the scene, fewer give "
                                         "more new frames per chunk."),
+    control_guidance: float = CONTROL_GUIDANCE,
     keymap: Optional[Path] = typer.Option(None, help="Keymap JSON (default: the model's game's own)."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on. Loopback unless you say otherwise."),
     port: int = typer.Option(8000, help="Port (0 picks a free one)."),
@@ -351,11 +350,13 @@ def play(
 
     config = ServerConfig(host=host, port=port, max_sessions=max_sessions, idle_timeout=idle_timeout)
     m, net = on_compute(load_clip_play_models, model, instruct)  # where the server will run them
-    cfg = ClipPlayConfig(guidance=guidance, context=context, **({} if steps is None else {"steps": steps}))
-    ClipWorld(m, net, cfg)  # a bad --context fails here, before the server starts
+    cfg = ClipPlayConfig(guidance=guidance, context=context, control_guidance=control_guidance,
+                         **({} if steps is None else {"steps": steps}))
+    ClipWorld(m, net, cfg)  # a bad --context or --control-guidance fails here, before the server starts
     km = Keymap.for_clips(m.meta.env_ids, keymap)
     info = {"model": model.name, "steps per chunk": cfg.steps,
-            "guidance": m.sampler.for_task(True)[0] if guidance is None else guidance, "context": context}
+            "guidance": m.sampler.for_task(True)[0] if guidance is None else guidance, "context": context,
+            "control guidance": control_guidance}
     player = ClipPlayer(lambda: ClipWorld(m, net, cfg), km, f"clip play: {model}", EXAMPLE_PROMPT, info,
                         m.meta.fps)
     run_server(lambda p: create_clip_app(player, config, p), config, open_browser)

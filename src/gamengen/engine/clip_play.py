@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import UserError
 from ..models.clip_model import ClipModel
 from ..models.instruct_model import InstructModel
-from .clip import Steering, check_context, continue_clip, generate
+from .clip import Steering, check_context, check_control_guidance, continue_clip, generate
 
 
 def load_clip_play_models(model_dir, instruct_dir=None) -> tuple[ClipModel, InstructModel | None]:
@@ -42,6 +42,10 @@ class ClipPlayConfig:
     #                                for the chunks after the first; 1 runs one branch, half the work, but
     #                                the world then drifts from the game: sixteenth round)
     context: int = 5  # frames held clean per chunk, 1 + 4k: more keeps the scene, fewer makes more new frames
+    # CFG weight on the keys and instruction against InstructNet with them off (engine/clip.Steering); 1 runs
+    # no third branch. A longer-trained InstructNet steers far more at 4 (docs/gamegen_x.md, "Control
+    # guidance, now that the keys are read"), for half again the work of a steered chunk.
+    control_guidance: float = 1.0
     seed: int = 0
 
 
@@ -52,6 +56,7 @@ class ClipWorld:
         self.model, self.instruct, self.config = model, instruct, config or ClipPlayConfig()
         c = self.config
         check_context(model, c.context)
+        check_control_guidance(c.control_guidance)
         self.prompt: str | None = None
         self.seed = c.seed
         self.chunk = 0  # chunks made since the last start
@@ -84,7 +89,7 @@ class ClipWorld:
         c = self.config
         steer = None
         if self.instruct is not None and (keys or instruction):
-            steer = Steering(self.instruct, tuple(keys), instruction)
+            steer = Steering(self.instruct, tuple(keys), instruction, guidance=c.control_guidance)
         n = self.chunk_frames
         # Only what is shown and what the next chunk continues from is decoded (the context's own
         # reconstruction is not shown).

@@ -35,6 +35,11 @@ MOVING = ("pan left", "pan right", "forward", "backward")
 # a key a game lacks is skipped for that game.
 KEYS = ("TURN_LEFT", "TURN_RIGHT", "FORWARD", "BACKWARD", "STRAFE_LEFT", "STRAFE_RIGHT", "MOVE_FORWARD",
         "MOVE_BACKWARD", "MOVE_LEFT", "MOVE_RIGHT")
+# The way each key alone moves the view where nothing blocks it (a strafe slides the scene as a pan
+# does). The key's own way, beside the real game's: a wall or a door stops the real game, not the key.
+KEY_WAY = {"TURN_LEFT": "pan left", "STRAFE_LEFT": "pan left", "MOVE_LEFT": "pan left", "TURN_RIGHT": "pan right",
+           "STRAFE_RIGHT": "pan right", "MOVE_RIGHT": "pan right", "FORWARD": "forward", "MOVE_FORWARD": "forward",
+           "BACKWARD": "backward", "MOVE_BACKWARD": "backward"}
 
 
 @dataclass
@@ -78,6 +83,23 @@ class ControlResult:
         if not scored:
             return None, 0
         return float(np.mean([getattr(c, column) == c.real for c in scored])), len(scored)
+
+    def key_way_rate(self, column: str) -> tuple[float | None, int]:
+        """(share of the cases, scored or not, whose ``column`` chunk goes its key's own way (KEY_WAY), cases
+        with a key of known way): whether the keys steer at all, whatever the real game did."""
+        known = [c for c in self.cases if c.key in KEY_WAY]
+        if not known:
+            return None, 0
+        return float(np.mean([getattr(c, column) == KEY_WAY[c.key] for c in known])), len(known)
+
+    def contexts_changed(self, column: str) -> tuple[int, int]:
+        """(contexts where ``column``'s chunks do not all get one label across the keys, contexts with
+        two keys or more). The base reads no key, so with one noise seed it changes none."""
+        labels: dict[tuple, list[str]] = {}
+        for c in self.cases:
+            labels.setdefault((c.game, c.episode, c.t), []).append(getattr(c, column))
+        several = [v for v in labels.values() if len(v) > 1]
+        return sum(len(set(v)) > 1 for v in several), len(several)
 
     def event_rate(self, column: str) -> tuple[float | None, int]:
         """SR-E: (share of the cases whose real chunk shows the event where ``column``'s does too, cases)."""
@@ -363,6 +385,9 @@ def write_report(out, res: ControlResult, strips: dict, command: str) -> dict:
     for key in dict.fromkeys(c.key for c in res.cases):
         sub = ControlResult([c for c in res.cases if c.key == key])
         sr_c["by_key"][key] = {col: sub.rate(col)[0] for col in columns} | {"scored": sub.rate("steered")[1]}
+    sr_c["key_way"] = {col: res.key_way_rate(col)[0] for col in columns} | {"cases": res.key_way_rate("steered")[1]}
+    sr_c["contexts_changed"] = {col: res.contexts_changed(col)[0] for col in ("steered", "base")} | {
+        "contexts": res.contexts_changed("steered")[1]}
     sr_e = {col: res.event_rate(col)[0] for col in columns} | {"scored": res.event_rate("steered")[1]}
     sr_e["by_event"] = {}
     for name in dict.fromkeys(c.event for c in res.events):
@@ -394,6 +419,15 @@ def write_report(out, res: ControlResult, strips: dict, command: str) -> dict:
              "| key | InstructNet | base | codec | scored |", "|---|---|---|---|---|"]
     lines += [f"| {k} | {fmt(v['steered'])} | {fmt(v['base'])} | {fmt(v['codec'])} | {v['scored']} |"
               for k, v in sr_c["by_key"].items()]
+    way, changed = sr_c["key_way"], sr_c["contexts_changed"]
+    lines += ["", "Beside the real game, whether the keys steer at all: the chunk goes its key's own way (turn or "
+              "strafe left: pan left; forward; backward; ...) over every case with such a key, scored or not, and "
+              "the contexts whose chunks differ by key.", "",
+              "| | InstructNet | base | codec | chance |", "|---|---|---|---|---|",
+              f"| chunk goes its key's own way ({way['cases']} cases) | {fmt(way['steered'])} | {fmt(way['base'])} | "
+              f"{fmt(way['codec'])} | {1 / len(MOVING):.2f} |",
+              f"| contexts whose chunks differ by key | {changed['steered']} of {changed['contexts']} | "
+              f"{changed['base']} of {changed['contexts']} | | |"]
     lines += ["", "| event | InstructNet | base | codec | scored |", "|---|---|---|---|---|"]
     lines += [f"| {k} | {fmt(v['steered'])} | {fmt(v['base'])} | {fmt(v['codec'])} | {v['scored']} |"
               for k, v in sr_e["by_event"].items()]
