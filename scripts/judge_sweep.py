@@ -1,10 +1,11 @@
 """How good a `gamengen clip eval` judge is on real clips, and what a longer or wider one would give.
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/judge_sweep.py --model MODEL --judge DIR \
-        [--steps N] [--width W] DATA...
+        [--steps N] [--width W] [--seed S] DATA...
 
 DIR holds a judge (an earlier eval's classifier/ folder) or is trained into here on `clip eval`'s
-split (seed 0) with the ClassifierConfig defaults changed by --steps and --width (the defaults:
+split (seed 0) with the ClassifierConfig defaults changed by --steps, --width and --seed (the judge's
+own initial weights and batches, not the split; the defaults:
 about 8 minutes of one core). Either way it is then scored on every held-out real clip of DATA:
 - held-out accuracy: the game of the whole 17-frame clip;
 - real consistency: the game of the first 5 frames against that of the other 12, as `clip eval`
@@ -31,9 +32,10 @@ def main() -> None:
     ap.add_argument("--judge", required=True, type=Path, help="a judge folder (trained here when empty)")
     ap.add_argument("--steps", type=int, help="ClassifierConfig.steps when training")
     ap.add_argument("--width", type=int, help="ClassifierConfig.width when training")
+    ap.add_argument("--seed", type=int, help="ClassifierConfig.seed when training")
     ap.add_argument("data", nargs="+", type=Path)
     a = ap.parse_args()
-    changes = {k: v for k, v in (("steps", a.steps), ("width", a.width)) if v is not None}
+    changes = {k: v for k, v in (("steps", a.steps), ("width", a.width), ("seed", a.seed)) if v is not None}
     cfg = ClipEvalConfig(classifier=ClassifierConfig(**changes))
     have = (a.judge / META).exists()
     unused = Path(tempfile.mkdtemp()) / "unused"

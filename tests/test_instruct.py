@@ -300,11 +300,12 @@ def test_continue_is_steered_by_keys_an_instruction_and_a_video_prompt(clip_run,
              "prompt": Steering(m, prompt=np.asarray(store.open_episode(rec)["frames"][7:24]))}.items()}
     for name in ("keys", "instruction", "prompt"):
         assert not np.array_equal(runs[name][13:], runs["none"][13:]), name
-    # Guidance on the controls pushes the keys' effect further; with no control given, its branch is
-    # the conditional one itself, so it changes nothing (the third branch really has the controls off).
-    pushed = continue_clip(base, ctx, "the cursor moves", seed=0, steps=3, steer=Steering(m, (key,), guidance=4.0))
-    assert not np.array_equal(pushed[13:], runs["keys"][13:])
-    idle = continue_clip(base, ctx, "the cursor moves", seed=0, steps=3, steer=Steering(m, guidance=4.0))
+    # Guidance on the controls (the default, 4) pushes the keys' effect further than none (1); with no
+    # control given, its branch is the conditional one itself, so it changes nothing (the third branch
+    # really has the controls off).
+    unguided = continue_clip(base, ctx, "the cursor moves", seed=0, steps=3, steer=Steering(m, (key,), guidance=1.0))
+    assert not np.array_equal(unguided[13:], runs["keys"][13:])
+    idle = continue_clip(base, ctx, "the cursor moves", seed=0, steps=3, steer=Steering(m, guidance=1.0))
     assert np.abs(idle.astype(int) - runs["none"].astype(int)).max() <= 1  # the same up to float rounding
     # bad steering: one line, exit 2, nothing written
     cases = {"unknown key": (["--instruct", instruct / "model", "--key", "JUMP"], "unknown key 'JUMP'"),
@@ -476,3 +477,19 @@ def test_sr_e_judges_a_summon_by_the_object_coming_into_view():
     assert event_rule(by_name["summon_imp"]) is None  # no judge given
     assert event_rule(by_name["give_armor"], Judge(comes)) is None and event_rule(by_name["weapon_shotgun"]) is None
     assert event_rule(by_name["berserk"]) is not None  # picture events need no judge
+
+
+def test_every_command_steers_with_one_control_guidance():
+    """clip continue, clip play, clip eval-control and bench clip-play share one default control guidance,
+    written out in the CLI and the evaluation (which load without torch) and owned by engine/clip."""
+    import inspect
+
+    from gamengen.bench import bench_clip_play
+    from gamengen.cli.common import CONTROL_GUIDANCE
+    from gamengen.engine.clip import CONTROL_GUIDANCE as OWN
+    from gamengen.engine.clip_play import ClipPlayConfig
+    from gamengen.eval.control import ControlEvalConfig
+
+    assert OWN != 1.0  # the bundled InstructNet barely steers without the third branch
+    assert CONTROL_GUIDANCE.default == ControlEvalConfig().control_guidance == ClipPlayConfig().control_guidance == OWN
+    assert inspect.signature(bench_clip_play).parameters["control_guidance"].default is None  # clip play's

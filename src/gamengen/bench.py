@@ -454,7 +454,8 @@ CLIP_PLAY_KEYS = (["ArrowLeft"], ["ArrowRight"], ["ArrowUp"], [], ["ArrowDown"],
 
 
 def bench_clip_play(model_dir, instruct_dir=None, prompt: str = "", presses: int = 6, steps: int | None = None,
-                    guidance: float | None = None, context: int = 5, seed: int = 0, control_guidance: float = 1.0,
+                    guidance: float | None = None, context: int = 5, seed: int = 0,
+                    control_guidance: float | None = None,
                     report=lambda n: None) -> dict:
     """Key-to-visible time through the real clip-play server on loopback, with a client that plays
     like the page: chunks are shown at the model's fps, each as soon as it has arrived and the one
@@ -476,8 +477,9 @@ def bench_clip_play(model_dir, instruct_dir=None, prompt: str = "", presses: int
     from .play.server import ServerConfig, unpack_frame
 
     model, instruct = on_compute(load_clip_play_models, model_dir, instruct_dir)  # as `clip play` does
-    cfg = ClipPlayConfig(guidance=guidance, context=context, seed=seed, control_guidance=control_guidance,
-                         **({} if steps is None else {"steps": steps}))
+    cfg = ClipPlayConfig(guidance=guidance, context=context, seed=seed,  # None: clip play's defaults
+                         **({} if steps is None else {"steps": steps}),
+                         **({} if control_guidance is None else {"control_guidance": control_guidance}))
     ClipWorld(model, instruct, cfg)  # a bad context or control guidance fails before the server starts
     keymap = Keymap.for_clips(model.meta.env_ids)
     player = ClipPlayer(lambda: ClipWorld(model, instruct, cfg), keymap, "bench", prompt, fps=model.meta.fps)
@@ -537,7 +539,7 @@ def bench_clip_play(model_dir, instruct_dir=None, prompt: str = "", presses: int
     return {"model": str(model_dir), "instruct": None if instruct_dir is None else str(instruct_dir),
             "machine": machine(), "threads": torch.get_num_threads(), "fps": fps,
             "euler_steps": cfg.steps, "guidance": s.for_task(True)[0] if guidance is None else guidance,
-            "control_guidance": control_guidance, "context_frames": context,
+            "control_guidance": cfg.control_guidance, "context_frames": context,
             "chunk_frames": res["hello"]["chunk_frames"], "presses": presses,
             "key_to_visible_s": {"median": float(np.median(k)), "p90": float(np.percentile(k, 90)), "max": float(k.max())},
             "chunk_generate_ms": float(np.median(res["generate_ms"])), "shown_fps": res["shown_fps"],

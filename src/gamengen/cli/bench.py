@@ -196,7 +196,7 @@ def bench_clip_play_cmd(
     instruct: Optional[Path] = typer.Option(None, "--instruct", help="The InstructNet trained beside --model (without "
                                                                      "it keys steer nothing: the time is a lower bound)."),
     presses: int = typer.Option(6, help="Timed key changes (after two warm-up chunks)."),
-    steps: Optional[int] = typer.Option(None, help="Euler steps per chunk (default: clip play's, 6)."),
+    steps: Optional[int] = typer.Option(None, help="Euler steps per chunk (default: clip play's, 4)."),
     guidance: Optional[float] = typer.Option(None, help="CFG weight (default: the model's; 1: one branch)."),
     context: int = typer.Option(5, help="Context frames per chunk (1 + 4k)."),
     control_guidance: float = CONTROL_GUIDANCE,

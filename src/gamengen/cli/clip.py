@@ -326,7 +326,7 @@ def play(
     model: Path = typer.Option(..., "--model", help="Clip model folder (`gamengen clip train`'s OUT/model)."),
     instruct: Optional[Path] = typer.Option(None, "--instruct", help="An InstructNet trained beside --model: keys and "
                                                                      "instructions steer each chunk (without it they do nothing)."),
-    steps: Optional[int] = typer.Option(None, help="Euler steps per chunk (default 6; the first clip takes the model's)."),
+    steps: Optional[int] = typer.Option(None, help="Euler steps per chunk (default 4; the first clip takes the model's)."),
     guidance: Optional[float] = typer.Option(None, help="CFG weight on the text (default: the model's; 1 halves the "
                                                          "work, but the world drifts from the prompt)."),
     context: int = typer.Option(5, help="Frames each chunk continues from (1 + 4k): more keep the scene, fewer give "

@@ -104,9 +104,11 @@ def parse_resolution(text: str) -> tuple[int, int]:
 RUNTIME_HELP = "onnx: the fast path (ONNX Runtime, the default); torch: the eager fp32 reference."
 
 
-# Shared by clip continue, clip play, clip eval-control and bench clip-play (engine/clip.Steering.guidance).
-CONTROL_GUIDANCE = typer.Option(1.0, help="CFG weight on InstructNet's controls against the same InstructNet "
-                                          "with them off (1: none; ours, not the paper's).")
+# Shared by clip continue, clip play, clip eval-control and bench clip-play (engine/clip.Steering.guidance);
+# its default is engine/clip.CONTROL_GUIDANCE, written out so that the CLI loads without torch (a test
+# holds them equal).
+CONTROL_GUIDANCE = typer.Option(4.0, help="CFG weight on InstructNet's controls against the same InstructNet "
+                                          "with them off (1: none, one branch less; ours, not the paper's).")
 ENV_HELP = "Game: vizdoom:freedoom1/E1M1, vizdoom:scenario/basic, atari:Breakout, gym:<id> or toy:cursor."
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import UserError
 from ..models.clip_model import ClipModel
 from ..models.instruct_model import InstructModel
-from .clip import Steering, check_context, check_control_guidance, continue_clip, generate
+from .clip import CONTROL_GUIDANCE, Steering, check_context, check_control_guidance, continue_clip, generate
 
 
 def load_clip_play_models(model_dir, instruct_dir=None) -> tuple[ClipModel, InstructModel | None]:
@@ -35,17 +35,18 @@ def load_clip_play_models(model_dir, instruct_dir=None) -> tuple[ClipModel, Inst
 class ClipPlayConfig:
     # Euler steps per continuation chunk. Fewer than the model's 20 because a chunk is waited for: at the
     # bundled model's continuation shift (3) 6 steps come within 0.5 dB of 20 against the game's frames
-    # and keep the game as well, in a third of the time (docs/gamegen_x.md, sixteenth round). None: the model's.
-    steps: int | None = 6
+    # (docs/gamegen_x.md, sixteenth round), and 4 lose 0.6 dB more but bring a steered chunk (control
+    # guidance's third branch) within 1.5 s of the key ("Control guidance in play"). None: the model's.
+    steps: int | None = 4
     start_steps: int | None = None  # Euler steps of the first clip, from text alone (None: the model's)
     guidance: float | None = None  # CFG weight on the text of every chunk (None: the model's, a continuation's
     #                                for the chunks after the first; 1 runs one branch, half the work, but
     #                                the world then drifts from the game: sixteenth round)
     context: int = 5  # frames held clean per chunk, 1 + 4k: more keeps the scene, fewer makes more new frames
     # CFG weight on the keys and instruction against InstructNet with them off (engine/clip.Steering); 1 runs
-    # no third branch. A longer-trained InstructNet steers far more at 4 (docs/gamegen_x.md, "Control
-    # guidance, now that the keys are read"), for half again the work of a steered chunk.
-    control_guidance: float = 1.0
+    # no third branch. The bundled InstructNet steers at 4 and barely at 1, for half again the work of a
+    # steered chunk (docs/gamegen_x.md, "Control guidance in play").
+    control_guidance: float = CONTROL_GUIDANCE
     seed: int = 0
 
 

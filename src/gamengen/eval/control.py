@@ -50,7 +50,7 @@ class ControlEvalConfig:
     seed: int = 0
     steps: int | None = None  # Euler steps (None: the model's)
     guidance: float | None = None
-    control_guidance: float = 1.0  # engine/clip.Steering.guidance: CFG on the controls (1: none)
+    control_guidance: float = 4.0  # engine/clip.CONTROL_GUIDANCE (a test holds them equal): CFG on the controls
 
     def __post_init__(self):
         from ..engine.clip import check_control_guidance
