@@ -281,6 +281,49 @@ def refused(args: list, capsys, monkeypatch, word: str) -> None:
     assert word in lines[0], lines[0]
 
 
+def test_a_panel_of_judges_scores_by_their_mean_and_reports_each(root, tmp_path):
+    """--judges 2: two judges on the same clips from seeds 0 and 1, scoring as one panel; each judge's own
+    figures stand beside the panel's, and the saved panel scores the same again with --classifier."""
+    import dataclasses
+
+    from gamengen.curate.dataset import ClipDataset
+    from gamengen.errors import UserError
+    from gamengen.eval.clip_classifier import JudgePanel, load_judge
+
+    res = cli("clip", "eval", "--model", root / "run" / "model", "--data", root / "cursor", "--data", root / "mirror",
+              "--out", tmp_path / "panel", *EVAL, "--judges", "2", check=True)
+    assert "panel of 2 judges; each alone: seed 0: game accuracy" in res.stdout, res.stdout
+    r = report(tmp_path / "panel")
+    assert r["classifier"]["judges"] == 2 and [j["seed"] for j in r["judges"]] == [0, 1]
+    assert all(j["game_accuracy"]["n"] == r["game_accuracy"]["text_to_clip"]["n"] for j in r["judges"])
+    assert "A panel of 2 judges" in (tmp_path / "panel" / "report.md").read_text()
+    panel = load_judge(tmp_path / "panel")
+    assert isinstance(panel, JudgePanel) and [j.config.seed for j in panel.judges] == [0, 1]
+    frames = ClipDataset.open(root / "mirror").frames(0)
+    a, b = (j.predict(frames) for j in panel.judges)
+    assert not np.allclose(a.game_probs, b.game_probs)  # two seeds, two judges
+    p = panel.predict(frames)
+    assert np.allclose(p.game_probs, (a.game_probs + b.game_probs) / 2) and p.game == int(p.game_probs.argmax())
+    assert np.allclose(p.objects, (a.objects + b.objects) / 2)
+    cli("clip", "eval", "--model", root / "run" / "model", "--data", root / "cursor", "--data", root / "mirror",
+        "--out", tmp_path / "again", "--classifier", tmp_path / "panel", *EVAL, check=True)
+    again = report(tmp_path / "again")
+    for key in ("game_accuracy", "continuation", "judges"):
+        assert again[key] == r[key], key
+    # judges that trained on other clips cannot sit on one panel; a damaged panel is one clear error
+    j = panel.judges[1]
+    other = dataclasses.replace(j, trained_on=[{**t, "clips": t["clips"][1:]} for t in j.trained_on])
+    with pytest.raises(UserError, match="different games, objects or clips"):
+        JudgePanel([panel.judges[0], other])
+    meta = tmp_path / "panel" / "classifier" / "panel.json"
+    meta.write_text('{"format": "gamengen-clip-judge-panel", "version": 1, "judges": ["../../x"]}')
+    with pytest.raises(UserError, match="outside it"):
+        load_judge(tmp_path / "panel")
+    meta.write_text("{not json")
+    with pytest.raises(UserError, match="panel .* is damaged"):
+        load_judge(tmp_path / "panel")
+
+
 def test_bad_input_is_one_line_exit_2_and_nothing_written(root, tmp_path, capsys, monkeypatch):
     from gamengen.curate.dataset import ClipWriter
 
@@ -312,6 +355,8 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(root, tmp_path, capsys
         (ev(*ok[:-1], tmp_path / "full" / "x" / "out"), "not a folder"),
         (ev(*ok, "--classifier", root / "vae"), "no clip classifier"),
         (ev(*ok, "--classifier-steps", "0"), "classifier"),
+        (ev(*ok, "--judges", "0"), "--judges 0"),
+        (ev(*ok, "--judges", "2", "--classifier", root / "ev"), "--judges 2 with --classifier"),
         (ev(*ok, "--steps", "0"), "steps"),
         (ev(*ok, "--context", "6"), "--context 6"),
         (ev(*ok, "--context", "17"), "too short to continue from 17"),

@@ -375,8 +375,10 @@ def eval_(
     guidance: Optional[float] = typer.Option(None, help="CFG weight on the text (default: the model's; 1: none)."),
     classifier_steps: Optional[int] = typer.Option(None, help="Steps of the frame classifier trained here "
                                                               "(default 2000)."),
-    classifier: Optional[Path] = typer.Option(None, "--classifier", help="Reuse the classifier of an earlier "
-                                                                         "`clip eval` (its --out folder)."),
+    classifier: List[Path] = typer.Option([], "--classifier", help="Reuse the judge of an earlier `clip eval` (its "
+                                                                    "--out folder); repeat it for a panel."),
+    judges: int = typer.Option(1, help="Judges trained here, from seeds --seed + k, scoring as one panel by their "
+                                       "mean probabilities (one judge's figure moves with its seed)."),
     i3d: Optional[Path] = typer.Option(None, help="TorchScript I3D for FVD (default ~/.cache/gamengen/"
                                                   "i3d_torchscript.pt; never downloaded)."),
     instruct: Optional[Path] = typer.Option(None, "--instruct", help="An InstructNet trained beside --model: the "
@@ -399,9 +401,13 @@ def eval_(
     from ..eval.clip_classifier import ClassifierConfig
     from ..eval.clip_report import summary, write_results
 
+    if classifier and judges != 1:
+        raise UserError(f"--judges {judges} with --classifier: the judges given are the panel",
+                        "leave out --judges, or --classifier to train the judges here")
     changes = {"steps": classifier_steps} if classifier_steps is not None else {}
     cfg = ClipEvalConfig(clips_per_game, seed, steps, guidance, context_noise, chain, context,
-                         i3d=str(i3d) if i3d else None, classifier=ClassifierConfig(seed=seed, **changes))
+                         i3d=str(i3d) if i3d else None, classifier=ClassifierConfig(seed=seed, **changes),
+                         judges=judges)
     inputs = check_inputs(model, list(data), out, cfg, classifier, instruct)
     res, pictures, clf = evaluate_clips(inputs, cfg, bar=progress_bar)
     write_results(out, res, pictures, clf, "gamengen " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
@@ -444,9 +450,9 @@ def eval_control(
     net = InstructModel.from_pretrained(instruct, m)
     judge = None
     if classifier is not None:
-        from ..eval.clip_classifier import ClipClassifier
+        from ..eval.clip_classifier import load_judge
 
-        judge = ClipClassifier.load(classifier)  # a UserError for a folder without one
+        judge = load_judge(classifier)  # one judge or a panel; a UserError for a folder without one
     cfg = ControlEvalConfig(contexts, tuple(keys), context_latents, seed, steps, guidance, control_guidance)
     with progress_bar("SR-C cases (keys a game lacks are skipped)", contexts * len(data) * len(keys)) as advance:
         res, strips = evaluate_control(m, net, list(data), cfg, report=advance)

@@ -29,7 +29,7 @@ import hashlib
 import json
 import os
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -39,8 +39,8 @@ import torch
 from ..curate.dataset import ClipDataset, split_clips  # split_clips: `clip eval`'s split, owned by the dataset
 from ..errors import UserError
 from .clip_chain import chain, measure_chain
-from .clip_classifier import (ClassifierConfig, ClipClassifier, TrainingClips, frame_picks, input_size,
-                              objects_in_view, shrink, train_classifier)
+from .clip_classifier import (ClassifierConfig, ClipClassifier, JudgePanel, TrainingClips, frame_picks, input_size,
+                              judge_panel, load_judge, objects_in_view, shrink, train_classifier)
 from .clip_motion import motion, share, wilson
 from .clip_report import about, chain_strip, strips
 
@@ -63,6 +63,10 @@ class ClipEvalConfig:
     ceiling_clips: int = 64  # real held-out clips per game the classifier's own accuracy is measured on
     i3d: str | None = None  # TorchScript I3D for FVD; None: eval/fvd.default_i3d_path()
     classifier: ClassifierConfig = field(default_factory=ClassifierConfig)
+    # Judges trained here, on the same clips from seeds classifier.seed + k, voting as one panel: one judge's
+    # figure on generated clips moves with its seed (0.77-0.84 game accuracy: docs/gamegen_x.md, "The
+    # judge's own spread"), a panel's less. 1: the single judge of every earlier round.
+    judges: int = 1
 
     def check(self) -> "ClipEvalConfig":
         if self.clips_per_game < 1:
@@ -73,6 +77,8 @@ class ClipEvalConfig:
         if self.chain < 0 or (self.context_noise is not None and not 0 <= self.context_noise < 1):
             raise UserError(f"--chain {self.chain}, --context-noise {self.context_noise}",
                             "use --chain >= 0 and a context noise in [0, 1)")
+        if self.judges < 1:
+            raise UserError(f"--judges {self.judges}", "train at least one judge (--judges 1)")
         if not 0 < self.heldout_share < 1 or self.ceiling_clips < 1:
             raise UserError("the held-out share must be in (0, 1), ceiling clips >= 1", "fix the evaluation settings")
         self.classifier.check()
@@ -94,7 +100,7 @@ class Inputs:
     games: list[Game]
     labels: list[str]  # per dataset: its game (``game_label``)
     split_by: list[str]  # per dataset: "episode", "clip" or "classifier" (an earlier eval's split)
-    classifier: ClipClassifier | None  # given with --classifier
+    classifier: ClipClassifier | JudgePanel | None  # given with --classifier (repeated: one panel)
     # An InstructNet trained beside the model (--instruct): the continuations run through it with no
     # control given (does attaching it, and no more, change the base's figures?).
     instruct: Path | None = None
@@ -115,8 +121,9 @@ def _fingerprint(ds: ClipDataset) -> str:
 
 
 def check_inputs(model_dir: Path, data: list[Path], out: Path, cfg: ClipEvalConfig,
-                 classifier_dir: Path | None = None, instruct_dir: Path | None = None) -> Inputs:
-    """Open and check everything; a UserError (one line) for anything wrong, before anything is written."""
+                 classifier_dir: Path | list[Path] | None = None, instruct_dir: Path | None = None) -> Inputs:
+    """Open and check everything; a UserError (one line) for anything wrong, before anything is written.
+    ``classifier_dir``: the judge of an earlier eval, or several, scoring as one panel."""
     from ..models.clip_model import ClipModel
     from ..train.clip import open_datasets
 
@@ -144,7 +151,8 @@ def check_inputs(model_dir: Path, data: list[Path], out: Path, cfg: ClipEvalConf
     if meta.frames <= cfg.context:
         raise UserError(f"the model makes {meta.frames}-frame clips, too short to continue from {cfg.context} "
                         "frames", "evaluate a model trained on longer clips, or pass a shorter --context")
-    classifier = ClipClassifier.load(classifier_dir) if classifier_dir else None
+    given = [] if not classifier_dir else [classifier_dir] if isinstance(classifier_dir, (str, Path)) else classifier_dir
+    classifier = judge_panel([load_judge(d) for d in given]) if given else None
     games: dict[str, Game] = {}
     labels, split_by = [game_label(ds) for ds in sets], []
     for d, (path, ds) in enumerate(zip(paths, sets)):
@@ -158,7 +166,7 @@ def check_inputs(model_dir: Path, data: list[Path], out: Path, cfg: ClipEvalConf
             raise UserError(f"the game {g.label} has {len(g.train) + len(g.heldout)} clip(s): too few to train the "
                             "classifier on some and evaluate on others", "curate more clips of it (at least 2)")
     if classifier is not None and sorted(classifier.games) != sorted(games):
-        raise UserError(f"the classifier in {classifier_dir} knows the games {', '.join(classifier.games)}; the "
+        raise UserError(f"the classifier in {', '.join(map(str, given))} knows the games {', '.join(classifier.games)}; the "
                         f"datasets are of {', '.join(games)}", "pass the same games, or leave out --classifier")
     return Inputs(Path(model_dir), paths, sets, list(games.values()), labels, split_by, classifier,
                   None if instruct_dir is None else Path(instruct_dir))
@@ -179,6 +187,12 @@ def _split(ds: ClipDataset, path: Path, classifier: ClipClassifier | None, cfg: 
 
 
 # -- the classifier -----------------------------------------------------------------------------------
+def fit_judges(inp: Inputs, cfg: ClipEvalConfig, report=lambda step, total, loss: None) -> ClipClassifier | JudgePanel:
+    """``cfg.judges`` classifiers on the same clips, from seeds classifier.seed + k: one, or their panel."""
+    seeds = [replace(cfg, classifier=replace(cfg.classifier, seed=cfg.classifier.seed + k)) for k in range(cfg.judges)]
+    return judge_panel([fit_classifier(inp, c, report) for c in seeds])
+
+
 def fit_classifier(inp: Inputs, cfg: ClipEvalConfig, report=lambda step, total, loss: None) -> ClipClassifier:
     """Train the classifier on (at most ``max_train_clips`` per game of) the games' training clips."""
     from ..train.world_model import seed_of
@@ -293,12 +307,7 @@ def measure(clf: ClipClassifier, inp: Inputs, clips: list[Clip], cfg: ClipEvalCo
     views = [objects_in_view(inp.sets[c.dataset].meta(c.index)["captions"].get("fields", {})) for c in clips]
     made = [clf.predict(c.made) for c in clips]
     codec = [clf.predict(c.codec) for c in clips]
-    ceiling, ceiling_views, ceiling_games = [], [], []
-    for game in inp.games:
-        for d, i in heldout_order(game, cfg)[:cfg.ceiling_clips]:
-            ceiling.append(clf.predict(inp.sets[d].frames(i)))
-            ceiling_views.append(objects_in_view(inp.sets[d].meta(i)["captions"].get("fields", {})))
-            ceiling_games.append(clf.games.index(game.label))
+    ceiling, ceiling_views, ceiling_games = _ceiling(clf, inp, cfg)
     per_game = {}
     for g in range(G):
         mine = [j for j, c in enumerate(clips) if c.game == g]
@@ -330,6 +339,17 @@ def measure(clf: ClipClassifier, inp: Inputs, clips: list[Clip], cfg: ClipEvalCo
     return res
 
 
+def _ceiling(clf: ClipClassifier, inp: Inputs, cfg: ClipEvalConfig) -> tuple[list, list, list]:
+    """The judge on up to ``ceiling_clips`` real held-out clips a game: (predictions, objects in view, games)."""
+    preds, views, games = [], [], []
+    for game in inp.games:
+        for d, i in heldout_order(game, cfg)[:cfg.ceiling_clips]:
+            preds.append(clf.predict(inp.sets[d].frames(i)))
+            views.append(objects_in_view(inp.sets[d].meta(i)["captions"].get("fields", {})))
+            games.append(clf.games.index(game.label))
+    return preds, views, games
+
+
 def _continuation(clf: ClipClassifier, clips: list[Clip]) -> dict:
     """The game of the new frames against the classifier's game on the real context frames (and the
     true game); the same split of the real clip and of its reconstruction for comparison."""
@@ -344,6 +364,15 @@ def _continuation(clf: ClipClassifier, clips: list[Clip]) -> dict:
             "true_game": {"text_to_clip": share([a == c.game for a, c in zip(new, clips)]),
                           "real_heldout": share([a == c.game for a, c in zip(real_rest, clips)]),
                           "codec": share([b == c.game for (_, b), c in zip(codec, clips)])}}
+
+
+def judge_figures(clf: ClipClassifier, inp: Inputs, clips: list[Clip], cfg: ClipEvalConfig) -> dict:
+    """One judge's game accuracy and continuation consistency, on the clips and on the real ones."""
+    preds, _, games = _ceiling(clf, inp, cfg)
+    cons = _continuation(clf, clips)["consistency"]
+    return {"seed": clf.config.seed, "game_accuracy": share([clf.predict(c.made).game == c.game for c in clips]),
+            "real_heldout": share([p.game == g for p, g in zip(preds, games)]),
+            "consistency": cons["text_to_clip"], "real_consistency": cons["real_heldout"]}
 
 
 def _clip_row(clf, inp, c: Clip, made, codec, view) -> dict:
@@ -394,13 +423,15 @@ def evaluate_clips(inp: Inputs, cfg: ClipEvalConfig, bar: Callable = _null_bar, 
         steer = Steering(InstructModel.from_pretrained(inp.instruct, model, device))  # refuses another base's
     clf = inp.classifier
     if clf is None:
-        with bar("classifier", cfg.classifier.steps) as advance:
-            clf = fit_classifier(inp, cfg, lambda s, n, loss: advance(1))
+        with bar("classifier" if cfg.judges == 1 else f"{cfg.judges} judges", cfg.judges * cfg.classifier.steps) as advance:
+            clf = fit_judges(inp, cfg, lambda s, n, loss: advance(1))
     total = sum(min(cfg.clips_per_game, len(g.heldout)) for g in inp.games)
     with bar("clips (text-to-clip, continuation" + (f", {cfg.chain} chained" if cfg.chain else "") + ")",
              (2 + cfg.chain) * total) as advance:
         clips = make_clips(model, inp, clf.games, cfg, advance, steer)
     res = measure(clf, inp, clips, cfg)
+    if isinstance(clf, JudgePanel):  # each judge's own figures: how far the panel's would move with one judge
+        res["judges"] = [judge_figures(j, inp, clips, cfg) for j in clf.judges]
     res["unavailable"] = unavailable(clips, cfg)
     res.update(about(model, inp, clf, cfg))
     pictures = strips(clf, clips)

@@ -15,6 +15,13 @@ category's list is whole. Saved as safetensors + JSON (never pickles)::
 
     <dir>/classifier.safetensors   the weights
     <dir>/classifier.json          format, version, games, objects, input size, config, trained_on
+
+A panel of judges (``JudgePanel``: trained alike on the same clips, each from its own seed) scores a
+clip by their mean probabilities; judges of one setting agree on real clips and not on generated ones,
+so one judge's figure carries its seed (docs/gamegen_x.md, "The judge's own spread")::
+
+    <dir>/panel.json               format, version, judges: ["judge-0", "judge-1", ...]
+    <dir>/judge-<k>/               one judge each, as above
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from ..errors import UserError
 FORMAT, VERSION = "gamengen-clip-classifier", 1
 WEIGHTS, META = "classifier.safetensors", "classifier.json"
 FIX = "pass the classifier/ folder of an earlier `gamengen clip eval` (or leave out --classifier)"
+PANEL, PANEL_FORMAT = "panel.json", "gamengen-clip-judge-panel"
 
 
 @dataclass
@@ -253,6 +261,76 @@ class ClipClassifier:
         except (OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError) as e:
             raise UserError(f"the clip classifier in {folder} is damaged ({type(e).__name__}: {str(e)[:100]})",
                             FIX) from None
+
+
+def _split_of(judge: ClipClassifier) -> dict:
+    return {t["path"]: (t["fingerprint"], sorted(t["clips"])) for t in judge.trained_on}
+
+
+@dataclass
+class JudgePanel:
+    """Judges trained alike on the same clips (their own seeds), voting by their mean probabilities:
+    the same interface as one ClipClassifier, for a figure less tied to any one judge's seed."""
+
+    judges: list[ClipClassifier]
+
+    def __post_init__(self):
+        first = self.judges[0]
+        for j in self.judges[1:]:
+            if j.games != first.games or j.objects != first.objects or _split_of(j) != _split_of(first):
+                raise UserError("the judges of a panel trained on different games, objects or clips",
+                                "pass judges trained alike on the same datasets (`clip eval --judges N`)")
+
+    games = property(lambda self: self.judges[0].games)
+    objects = property(lambda self: self.judges[0].objects)
+    size = property(lambda self: self.judges[0].size)
+    config = property(lambda self: self.judges[0].config)
+    trained_on = property(lambda self: self.judges[0].trained_on)
+    loss = property(lambda self: float(np.mean([j.loss for j in self.judges])))
+
+    def predict(self, frames: np.ndarray) -> Prediction:
+        """uint8 (F, H, W, 3) -> the mean of the judges' probabilities, and its most likely game."""
+        preds = [j.predict(frames) for j in self.judges]
+        probs = np.mean([p.game_probs for p in preds], axis=0)  # (G,)
+        return Prediction(int(probs.argmax()), probs, np.mean([p.objects for p in preds], axis=0))
+
+    def object_probs(self, frames: np.ndarray) -> np.ndarray:
+        """uint8 (F, H, W, 3) -> (F, K), the judges' mean."""
+        return np.mean([j.object_probs(frames) for j in self.judges], axis=0)
+
+    def save(self, folder: str | Path) -> None:
+        folder = Path(folder)
+        names = [f"judge-{k}" for k in range(len(self.judges))]
+        for name, j in zip(names, self.judges):
+            j.save(folder / name)
+        write_json_atomic(folder / PANEL, {"format": PANEL_FORMAT, "version": VERSION, "judges": names})
+
+
+def load_judge(folder: str | Path) -> "ClipClassifier | JudgePanel":
+    """One judge or a panel, from its folder or an earlier eval's output folder; a UserError if damaged."""
+    import json
+
+    folder = Path(folder)
+    if (folder / "classifier" / PANEL).is_file() or (folder / "classifier" / META).is_file():
+        folder = folder / "classifier"
+    if not (folder / PANEL).is_file():
+        return ClipClassifier.load(folder)
+    try:
+        d = json.loads((folder / PANEL).read_text())
+        if d.get("format") != PANEL_FORMAT or d.get("version") != VERSION or not d.get("judges"):
+            raise ValueError(f"format {d.get('format')} version {d.get('version')}")
+        names = [str(n) for n in d["judges"]]
+    except (OSError, ValueError, AttributeError) as e:
+        raise UserError(f"the judge panel in {folder} is damaged ({type(e).__name__}: {str(e)[:100]})", FIX) from None
+    if any(Path(n).name != n or n in (".", "..") for n in names):  # stays inside the folder
+        raise UserError(f"the judge panel in {folder} names a judge outside it", FIX)
+    return JudgePanel([ClipClassifier.load(folder / n) for n in names])
+
+
+def judge_panel(judges: list) -> "ClipClassifier | JudgePanel":
+    """One judge as itself; several (each one judge or a panel) as one panel of all their judges."""
+    flat = [j for x in judges for j in (x.judges if isinstance(x, JudgePanel) else [x])]
+    return flat[0] if len(flat) == 1 else JudgePanel(flat)
 
 
 # -- training -----------------------------------------------------------------------------------------

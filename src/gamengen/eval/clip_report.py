@@ -80,7 +80,8 @@ def about(model, inp, clf, cfg) -> dict:
                          for p, ds, label, by in zip(inp.paths, inp.sets, inp.labels, inp.split_by)],
             "classifier": {"trained_here": inp.classifier is None, "games": clf.games,
                            "objects": [n for n, _ in clf.objects], "input": list(clf.size),
-                           "config": asdict(clf.config), "final_loss": clf.loss},
+                           "config": asdict(clf.config), "final_loss": clf.loss,
+                           "judges": len(getattr(clf, "judges", [clf]))},
             "definitions": DEFINITIONS}
 
 
@@ -261,6 +262,9 @@ def markdown(res: dict, pictures: list[str], command: str) -> str:
         lines += ["", "The first chunk against the game's own next frames (the view above the status bar):", "",
                   "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(r) + " |" for r in rows]
+    if "judges" in res:
+        lines += ["", f"A panel of {c['judges']} judges scored every figure above by their mean probabilities; each "
+                  "judge alone: " + "; ".join(by_judge(res["judges"])) + "."]
     lines += ["", f"Classifier: {'trained here' if c['trained_here'] else 'reused (--classifier)'}, "
               f"{c['config']['steps']} steps on {c['input'][1]}x{c['input'][0]} frames of at most "
               f"{c['config']['max_train_clips']} classifier-train clips per game, final loss {c['final_loss']:.3f}; "
@@ -269,6 +273,12 @@ def markdown(res: dict, pictures: list[str], command: str) -> str:
     lines += [f"- **{k}**: {v}." for k, v in DEFINITIONS.items()]
     lines += ["", "## Clips", ""] + [f"![{p}](strips/{p}.png)" for p in pictures]
     return "\n".join(lines) + "\n"
+
+
+def by_judge(judges: list[dict]) -> list[str]:
+    """Each judge of a panel alone, one phrase a judge."""
+    return [f"seed {j['seed']}: game accuracy {_v(j['game_accuracy'])} (real {_v(j['real_heldout'])}), "
+            f"consistency {_v(j['consistency'])} (real {_v(j['real_consistency'])})" for j in judges]
 
 
 def summary(res: dict) -> list[str]:
@@ -300,6 +310,8 @@ def summary(res: dict) -> list[str]:
         lines.append("first chunk against the game's frames (view PSNR, mean of the new frames): continuation "
                      f"{np.mean(ar['continuation']['psnr']):.1f} dB, frozen start "
                      f"{np.mean(ar['frozen_start']['psnr']):.1f} dB, codec {np.mean(ar['codec']['psnr']):.1f} dB")
+    if "judges" in res:
+        lines.append(f"panel of {len(res['judges'])} judges; each alone: " + "; ".join(by_judge(res["judges"])))
     missing = [k for k, v in res["unavailable"].items() if isinstance(v, str)]
     lines.append(f"unavailable offline: {', '.join(missing)}")
     return lines
