@@ -31,15 +31,17 @@ from ..curate import stages as S
 from ..errors import UserError
 
 MOVING = ("pan left", "pan right", "forward", "backward")
-# Action names: the Freedoom stores' (FORWARD, STRAFE_LEFT, ...) and the scenarios' (MOVE_FORWARD, ...);
-# a key a game lacks is skipped for that game.
-KEYS = ("TURN_LEFT", "TURN_RIGHT", "FORWARD", "BACKWARD", "STRAFE_LEFT", "STRAFE_RIGHT", "MOVE_FORWARD",
-        "MOVE_BACKWARD", "MOVE_LEFT", "MOVE_RIGHT")
-# The way each key alone moves the view where nothing blocks it (a strafe slides the scene as a pan
-# does). The key's own way, beside the real game's: a wall or a door stops the real game, not the key.
-KEY_WAY = {"TURN_LEFT": "pan left", "STRAFE_LEFT": "pan left", "MOVE_LEFT": "pan left", "TURN_RIGHT": "pan right",
-           "STRAFE_RIGHT": "pan right", "MOVE_RIGHT": "pan right", "FORWARD": "forward", "MOVE_FORWARD": "forward",
-           "BACKWARD": "backward", "MOVE_BACKWARD": "backward"}
+# The keys held, by action name: the Freedoom stores' (FORWARD, STRAFE_LEFT, ...) and the scenarios'
+# (MOVE_FORWARD, ...); a key a game lacks is skipped for that game. For each: the Act field's verb for it
+# held alone (data/captions.py's words, without the distances it measures), and its own way, how it alone
+# moves the view where nothing blocks it (a strafe slides the scene as a pan does; a wall or a door
+# stops the real game, not the key).
+KEY_MEANING = {"TURN_LEFT": ("turns left", "pan left"), "TURN_RIGHT": ("turns right", "pan right"),
+               "FORWARD": ("walks forward", "forward"), "BACKWARD": ("walks backward", "backward"),
+               "STRAFE_LEFT": ("strafes left", "pan left"), "STRAFE_RIGHT": ("strafes right", "pan right"),
+               "MOVE_FORWARD": ("walks forward", "forward"), "MOVE_BACKWARD": ("walks backward", "backward"),
+               "MOVE_LEFT": ("strafes left", "pan left"), "MOVE_RIGHT": ("strafes right", "pan right")}
+KEYS = tuple(KEY_MEANING)
 
 
 @dataclass
@@ -85,12 +87,12 @@ class ControlResult:
         return float(np.mean([getattr(c, column) == c.real for c in scored])), len(scored)
 
     def key_way_rate(self, column: str) -> tuple[float | None, int]:
-        """(share of the cases, scored or not, whose ``column`` chunk goes its key's own way (KEY_WAY), cases
-        with a key of known way): whether the keys steer at all, whatever the real game did."""
-        known = [c for c in self.cases if c.key in KEY_WAY]
+        """(share of the cases, scored or not, whose ``column`` chunk goes its key's own way (KEY_MEANING),
+        cases with a key of known way): whether the keys steer at all, whatever the real game did."""
+        known = [c for c in self.cases if c.key in KEY_MEANING]
         if not known:
             return None, 0
-        return float(np.mean([getattr(c, column) == KEY_WAY[c.key] for c in known])), len(known)
+        return float(np.mean([getattr(c, column) == KEY_MEANING[c.key][1] for c in known])), len(known)
 
     def contexts_changed(self, column: str) -> tuple[int, int]:
         """(contexts where ``column``'s chunks do not all get one label across the keys, contexts with
@@ -133,17 +135,10 @@ def key_buttons(action_set, key: str) -> tuple[str, ...]:
     return tuple(b for b, on in zip(action_set.buttons, action_set.combos[i]) if on)
 
 
-# The Act field's verbs for a key held alone (data/captions.py's words, without the distances it measures).
-ACTS = {"TURN_LEFT": "turns left", "TURN_RIGHT": "turns right", "FORWARD": "walks forward",
-        "BACKWARD": "walks backward", "STRAFE_LEFT": "strafes left", "STRAFE_RIGHT": "strafes right",
-        "MOVE_FORWARD": "walks forward", "MOVE_BACKWARD": "walks backward", "MOVE_LEFT": "strafes left",
-        "MOVE_RIGHT": "strafes right"}
-
-
 def instruction_for(key: str) -> str:
     """The INS caption's Act and Misc fields of a clip where ``key`` (an action name) is held throughout,
     as data/captions.py words them: the instruction a player who types none is given."""
-    act = ACTS.get(key, f"presses {key}")
+    act = KEY_MEANING[key][0] if key in KEY_MEANING else f"presses {key}"
     return f"Act: The player {act}. Misc: Keys: {key} 100% (dominant: {key})."
 
 
