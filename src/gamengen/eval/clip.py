@@ -151,7 +151,7 @@ def check_inputs(model_dir: Path, data: list[Path], out: Path, cfg: ClipEvalConf
     if meta.frames <= cfg.context:
         raise UserError(f"the model makes {meta.frames}-frame clips, too short to continue from {cfg.context} "
                         "frames", "evaluate a model trained on longer clips, or pass a shorter --context")
-    given = [] if not classifier_dir else [classifier_dir] if isinstance(classifier_dir, (str, Path)) else classifier_dir
+    given = [classifier_dir] if isinstance(classifier_dir, (str, Path)) else list(classifier_dir or [])
     classifier = judge_panel([load_judge(d) for d in given]) if given else None
     games: dict[str, Game] = {}
     labels, split_by = [game_label(ds) for ds in sets], []
@@ -166,8 +166,8 @@ def check_inputs(model_dir: Path, data: list[Path], out: Path, cfg: ClipEvalConf
             raise UserError(f"the game {g.label} has {len(g.train) + len(g.heldout)} clip(s): too few to train the "
                             "classifier on some and evaluate on others", "curate more clips of it (at least 2)")
     if classifier is not None and sorted(classifier.games) != sorted(games):
-        raise UserError(f"the classifier in {', '.join(map(str, given))} knows the games {', '.join(classifier.games)}; the "
-                        f"datasets are of {', '.join(games)}", "pass the same games, or leave out --classifier")
+        raise UserError(f"the classifier in {', '.join(map(str, given))} knows the games "
+                        f"{', '.join(classifier.games)}; the datasets are of {', '.join(games)}", "pass the same games, or leave out --classifier")
     return Inputs(Path(model_dir), paths, sets, list(games.values()), labels, split_by, classifier,
                   None if instruct_dir is None else Path(instruct_dir))
 
@@ -423,7 +423,8 @@ def evaluate_clips(inp: Inputs, cfg: ClipEvalConfig, bar: Callable = _null_bar, 
         steer = Steering(InstructModel.from_pretrained(inp.instruct, model, device))  # refuses another base's
     clf = inp.classifier
     if clf is None:
-        with bar("classifier" if cfg.judges == 1 else f"{cfg.judges} judges", cfg.judges * cfg.classifier.steps) as advance:
+        what = "classifier" if cfg.judges == 1 else f"{cfg.judges} judges"
+        with bar(what, cfg.judges * cfg.classifier.steps) as advance:
             clf = fit_judges(inp, cfg, lambda s, n, loss: advance(1))
     total = sum(min(cfg.clips_per_game, len(g.heldout)) for g in inp.games)
     with bar("clips (text-to-clip, continuation" + (f", {cfg.chain} chained" if cfg.chain else "") + ")",
