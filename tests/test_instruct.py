@@ -219,6 +219,21 @@ def test_a_run_started_from_an_instructnet_goes_on_from_its_weights_and_steps(cl
         assert meta["training"]["recipe"]["keys"] == (0.3 if steps == 0 else 1)
         a, b = load_file(instruct / "model" / weights), load_file(out / "model" / weights)
         assert all(torch.equal(a[k], b[k]) for k in a) == (steps == 0)
+    # The run keeps the steps its --init had when it began: that folder replaced by a longer-trained
+    # InstructNet (as bundling one does) neither counts its steps twice nor changes the run's draws.
+    init, out, straight = tmp_path / "init", tmp_path / "resumed", tmp_path / "straight"
+    shutil.copytree(instruct / "model", init)
+    for o in (out, straight):
+        shutil.copytree(instruct / "cache", o / "cache")
+    cli(*args[:-1], init, "--out", out, "--steps", 2, check=True)
+    shutil.rmtree(init)
+    shutil.copytree(tmp_path / "run2" / "model", init)  # STEPS + 2 steps now
+    cli(*args[:-1], init, "--out", out, "--steps", 4, check=True)
+    cli(*args, "--out", straight, "--steps", 4, check=True)
+    for o in (out, straight):
+        assert json.loads((o / "model" / "gamengen_instruct.json").read_text())["meta"]["train_steps"] == STEPS + 4
+    a, b = load_file(out / "model" / weights), load_file(straight / "model" / weights)
+    assert all(torch.equal(a[k], b[k]) for k in a)
     # a prompt kind it never read
     bad = cli(*args, "--prompt-kind", "flow", "--out", tmp_path / "bad", "--steps", 1)
     assert bad.returncode == 2 and "video prompt kinds" in bad.stderr and not (tmp_path / "bad").exists(), bad.stderr

@@ -40,7 +40,7 @@ from ..models.instruct_model import InstructMeta, InstructModel, base_key
 from ..models.instructnet import ControlInputs, InstructNet, controlled, latent_keys
 from .clip import open_datasets
 from .clip_data import TextCache, cache_latents, cache_text, text_rows
-from .run import RunFolder, run_steps
+from .run import MAY_CHANGE, RunFolder, run_steps
 from .world_model import seed_of
 
 MODES = ("none", "keys", "instruction", "prompt", "all")  # what a sample is given besides the GEN caption
@@ -307,11 +307,17 @@ def train_instruct(clips: list[str | Path], model: str | Path, out: str | Path, 
     controls = clip_controls(sets)
     names = controls[0]
     init = _init_net(cfg, base, names)  # before anything is written
-    init_steps = init.meta.train_steps if init else 0
     data_paths = [str(c.resolve()) for c in clips]
-    run = RunFolder(out, {**dataclasses.asdict(cfg), "data": data_paths, "model": str(Path(model).resolve()),
-                          "base": base_key(base)}, keep=cfg.keep_checkpoints,
-                    upgrade=_upgrade).open()
+    settings = {**dataclasses.asdict(cfg), "data": data_paths, "model": str(Path(model).resolve()), "base": base_key(base)}
+    run = RunFolder(out, settings, keep=cfg.keep_checkpoints, may_change=MAY_CHANGE + ("init_steps",), upgrade=_upgrade)
+    # The steps --init had when the run began, as the run recorded them: a resumed run's weights are its
+    # own checkpoint's, and its --init folder may since hold a longer-trained InstructNet (a bundled one
+    # is replaced in place), whose steps would be counted twice. Runs begun before this was recorded
+    # take the folder's.
+    recorded = run.recorded("init_steps")
+    init_steps = int(recorded) if recorded is not None else init.meta.train_steps if init else 0
+    settings["init_steps"] = init_steps
+    run.open()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     base.net.to(device)
     data = instruct_data(sets, captions, controls, base, out / "cache", cfg.prompts, stage)

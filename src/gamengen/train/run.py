@@ -38,6 +38,13 @@ class RunFolder:
         self.settings_path = self.root / settings_file
         self.may_change, self.upgrade = may_change, upgrade
 
+    def recorded(self, key: str):
+        """A setting as the run recorded it when it began or last resumed (None: a new run, or not recorded)."""
+        try:
+            return json.loads(self.settings_path.read_text()).get(key)
+        except (OSError, ValueError, AttributeError):
+            return None  # a new run; a damaged file is open()'s to report
+
     def open(self) -> "RunFolder":
         """Create the folder, or check that it was started with these settings; then record them."""
         if self.root.exists() and not self.root.is_dir():
