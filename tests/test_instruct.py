@@ -154,6 +154,30 @@ def test_key_change_share_draws_clips_whose_keys_change_inside_them():
     assert [(d.clip, d.t, d.mode) for d in plain] == [(d.clip, d.t, d.mode) for d in same]
 
 
+def test_event_share_draws_clips_whose_event_shows_after_the_context():
+    from gamengen.data.captions import fired_events
+    from gamengen.envs.vizdoom_env import DOOM_EVENTS
+    from gamengen.train.instruct import InstructTrainConfig, draw_sample, event_bounds
+
+    dim, imp = (next(e for e in DOOM_EVENTS if e.name == n) for n in ("lights_dim", "summon_imp"))
+    trans = ["No in-game event.",
+             f"At 0.2 s {imp.text}; at 0.6 s {dim.text}.",  # effect from frame round(0.6 * 10) + 1 = 7: latent frame 2
+             f"At 0.1 s {dim.text} (no effect visible).",  # fired, not seen: no event to learn from
+             f"At 0.0 s {imp.text}; at the end the player dies."]  # shows from frame 1: latent frame 1
+    assert [(e.name, at) for e, at in fired_events(trans[1], DOOM_EVENTS)] == [("summon_imp", 0.2), ("lights_dim", 0.6)]
+    assert fired_events(trans[2], DOOM_EVENTS) == []
+    bounds = event_bounds(trans, fps=10.0, clip_frames=9, compression=4)  # latent frames 0, 1-4, 5-8
+    np.testing.assert_array_equal(bounds, [0, 2, 0, 1])
+    has = np.ones(4, bool)
+    every = [draw_sample(InstructTrainConfig(event_share=1.0), s, 0, 4, (3, 1, 1, 1), has, None, bounds)
+             for s in range(60)]
+    assert {d.clip for d in every} == {1, 3}
+    assert all(1 <= d.context <= bounds[d.clip] for d in every) and {d.context for d in every if d.clip == 1} == {1, 2}
+    plain = [draw_sample(InstructTrainConfig(), s, 0, 4, (3, 1, 1, 1), has) for s in range(50)]  # share 0: as before
+    same = [draw_sample(InstructTrainConfig(), s, 0, 4, (3, 1, 1, 1), has, None, bounds) for s in range(50)]
+    assert [(d.clip, d.context, d.t, d.mode) for d in plain] == [(d.clip, d.context, d.t, d.mode) for d in same]
+
+
 def test_timestep_mean_moves_the_t_draw_towards_noise_and_nothing_else():
     from gamengen.train.instruct import InstructTrainConfig, draw_sample
 
@@ -276,6 +300,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(clip_run, tmp_path):
         "no keys": ([model, no_keys], "no clip records keys"),
         "unknown prompt": ([model, clips, "--prompt-kind", "pose"], "unknown video prompt kind"),
         "not a clip model": ([clip_run / "vae" / "model", clips], "not a clip model"),
+        "no events to draw": ([model, clips, "--event-share", "0.5"], "no clip here has one"),
     }
     for name, (args, words) in cases.items():
         before = snapshot(tmp_path)

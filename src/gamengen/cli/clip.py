@@ -191,6 +191,8 @@ def train_instruct(
     expert_lr_scale: float = typer.Option(1.0, help="The fusion experts learn at this multiple of the learning rate."),
     key_change_share: float = typer.Option(0.0, help="This share of the draws from clips whose keys change inside "
                                                      "them (ours; see docs/gamegen_x.md)."),
+    event_share: float = typer.Option(0.0, help="This share of the draws from clips where an in-game event fires "
+                                                "after the context (ours; see docs/gamegen_x.md)."),
     timestep_mean: float = typer.Option(0.0, help="Mean of the logit-normal t draw; > 0 trains more near pure "
                                                   "noise, where the motion is decided (ours; see docs/gamegen_x.md)."),
     no_control: float = typer.Option(0.2, help="The share of samples given no control (§3.5: 20%)."),
@@ -212,7 +214,8 @@ def train_instruct(
                               no_control=no_control, **({"recipe": parse_recipe(recipe)} if recipe else {}),
                               prompts=list(prompts), context_noise=context_noise, instructions=instructions,
                               key_modulation=key_modulation, expert_lr_scale=expert_lr_scale,
-                              key_change_share=key_change_share, timestep_mean=timestep_mean,
+                              key_change_share=key_change_share, event_share=event_share,
+                              timestep_mean=timestep_mean,
                               init=str(init) if init else None, checkpoint_every=checkpoint_every,
                               seed=seed, max_minutes=max_minutes, bf16=bf16)
     last = [float("nan")]

@@ -571,6 +571,18 @@ def _trans(w, events, doom) -> str:
     return text[0].upper() + text[1:] + "."
 
 
+def fired_events(trans: str, vocabulary: tuple[GameEvent, ...]) -> list[tuple[GameEvent, float]]:
+    """The events a Trans field (as ``_trans`` words it) says fired with their effect shown, with when
+    (seconds from the clip's start), in the field's order. Only the first three are named there."""
+    out = []
+    for ev in vocabulary:
+        if not ev.text:
+            continue
+        for m in re.finditer(rf"\b[Aa]t (\d+(?:\.\d+)?) s {re.escape(ev.text)}(?! \(no effect visible\))", trans):
+            out.append((m.start(), ev, float(m.group(1))))
+    return [(ev, at) for _, ev, at in sorted(out, key=lambda e: e[0])]
+
+
 def _light(w, events) -> str:
     b, rgb = w.obs.brightness, w.obs.rgb
     first, last = b[0], b[-1]

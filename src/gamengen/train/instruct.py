@@ -33,7 +33,9 @@ import torch
 
 from ..curate.dataset import ClipDataset
 from ..curate.prompts import KINDS
+from ..data.captions import fired_events
 from ..diffusion.flow import flow_loss, frame_mask, sample_t
+from ..envs.vizdoom_env import DOOM_EVENTS
 from ..errors import UserError
 from ..models.clip_model import ClipModel
 from ..models.instruct_model import InstructMeta, InstructModel, base_key
@@ -67,6 +69,10 @@ class InstructTrainConfig:
     key_modulation: bool = False  # the keys also shift the adaLN modulation of InstructNet's blocks
     expert_lr_scale: float = 1.0  # the fusion experts learn at this multiple of the learning rate
     key_change_share: float = 0.0  # this share of draws from clips whose keys change inside them (key_changes)
+    # This share of draws from clips where an in-game event fires, their context ending before its effect
+    # shows (event_bounds): the instruction's Trans and Light fields then say what the frames to generate
+    # do. Under the plain draw an event's effect falls in the generated part of a few per cent of samples.
+    event_share: float = 0.0
     # The mean of the logit-normal t draw (ours; "uniform" ignores it): > 0 spends more of the batch near t = 1,
     # where the generated frames' layout, and so the motion a key asks for, is still undecided. SD3 (Esser et
     # al. 2024) shifts t toward noise in the same spirit for larger images.
@@ -90,8 +96,8 @@ class InstructTrainConfig:
         if self.layers is not None and self.layers < 1:
             raise UserError(f"--layers must be at least 1, got {self.layers}", "e.g. --layers 3")
         if not (0 <= self.no_control <= 1 and 0 <= self.text_dropout <= 1 and 0 <= self.key_change_share <= 1
-                and self.context_noise >= 0):
-            raise UserError("the no-control share, text dropout and key-change share must be in [0, 1], the "
+                and 0 <= self.event_share <= 1 and self.context_noise >= 0):
+            raise UserError("the no-control share, text dropout, key-change and event shares must be in [0, 1], the "
                             "context noise >= 0",
                             "fix the training settings")
         if set(self.recipe) != set(MODES[1:]) or min(self.recipe.values()) < 0 or not sum(self.recipe.values()) > 0:
@@ -131,9 +137,11 @@ class InstructDraw:
 
 
 def draw_sample(cfg: InstructTrainConfig, step: int, i: int, n_clips: int, latent_shape: tuple[int, ...],
-                has_keys: np.ndarray, changing: np.ndarray | None = None) -> InstructDraw:
+                has_keys: np.ndarray, changing: np.ndarray | None = None,
+                bounds: np.ndarray | None = None) -> InstructDraw:
     """Sample i of step ``step`` from a generator seeded by (seed, step, i); a fixed order of draws.
-    ``changing``: the clips whose keys change inside them (key_changes), for cfg.key_change_share."""
+    ``changing``: the clips whose keys change inside them (key_changes), for cfg.key_change_share;
+    ``bounds``: per clip the most context frames before its event (event_bounds), for cfg.event_share."""
     g = torch.Generator().manual_seed(seed_of(cfg.seed, step, i))
     clip = int(torch.randint(n_clips, (), generator=g))
     L = latent_shape[0]
@@ -146,6 +154,12 @@ def draw_sample(cfg: InstructTrainConfig, step: int, i: int, n_clips: int, laten
         u_change, u_pick = torch.rand(2, generator=g).tolist()
         if u_change < cfg.key_change_share:
             clip = int(changing[min(int(u_pick * len(changing)), len(changing) - 1)])
+    eventful = np.flatnonzero(bounds) if cfg.event_share > 0 and bounds is not None else ()
+    if len(eventful):  # likewise one more draw, so a run without it draws as before
+        u_event, u_pick = torch.rand(2, generator=g).tolist()
+        if u_event < cfg.event_share:
+            clip = int(eventful[min(int(u_pick * len(eventful)), len(eventful) - 1)])
+            x = min(x, int(bounds[clip]))
     mode = "none"
     if u_control >= cfg.no_control:
         shares = np.array([cfg.recipe[m] for m in MODES[1:]], np.float64)
@@ -181,6 +195,21 @@ def key_changes(keys: np.ndarray, compression: int, threshold: float = 0.5) -> n
     context's own motion says what the keys say."""
     lk = latent_keys(torch.from_numpy(keys), compression)[:, 1:]  # (N, L - 1, K)
     return np.flatnonzero((lk[:, 1:] - lk[:, :-1]).abs().amax((1, 2)).numpy() > threshold)
+
+
+def event_bounds(trans: list[str], fps: float, clip_frames: int, compression: int) -> np.ndarray:
+    """Per clip (its INS Trans field), the most latent context frames that leave the effect of its last
+    event (data/captions.fired_events) to the frames generated; 0: no event shows in the clip. An event
+    fired at step t shows from video frame t + 1, which lies in latent frame ceil((t + 1) / r) (frame 0
+    is latent frame 0, then r frames each); context x holds video frames 0 .. r (x - 1)."""
+    L = (clip_frames - 1) // compression + 1
+    out = np.zeros(len(trans), np.int64)
+    for n, text in enumerate(trans):
+        fired = fired_events(text, DOOM_EVENTS)
+        if fired:
+            shows = round(fired[-1][1] * fps) + 1
+            out[n] = min(-(-shows // compression), L - 1)
+    return out
 
 
 def key_table(sets: list[ClipDataset]) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -258,6 +287,16 @@ def instruct_data(sets: list[ClipDataset], captions: list[str], controls, base: 
                         cache_text(instructions, base.text, cache, stage))
 
 
+def _event_bounds(sets: list[ClipDataset], compression: int) -> np.ndarray:
+    """event_bounds of every clip, in dataset order; a UserError when no clip has an event."""
+    bounds = np.concatenate([event_bounds([ds.meta(i)["captions"]["fields"].get("Trans", "") for i in range(len(ds))],
+                                          ds.fps, ds.clip_frames, compression) for ds in sets])
+    if not bounds.any():
+        raise UserError("--event-share draws clips with in-game events, and no clip here has one",
+                        "record with `gamengen record --events` and curate again, or leave --event-share out")
+    return bounds
+
+
 def _check_datasets(sets: list[ClipDataset], base: ClipModel, clips: list[Path]) -> None:
     m, ds = base.meta, sets[0]
     if (ds.clip_frames, ds.height, ds.width) != (m.frames, m.height, m.width) or abs(ds.fps - m.fps) > 1e-6:
@@ -291,7 +330,7 @@ def _init_net(cfg: InstructTrainConfig, base: ClipModel, names: list[str]) -> In
 def _upgrade(old: dict) -> None:
     """Settings of runs begun before a setting existed: its default then."""
     for k, v in (("instructions", True), ("key_modulation", False), ("expert_lr_scale", 1.0), ("key_change_share", 0.0),
-                 ("timestep_mean", 0.0), ("init", None)):
+                 ("event_share", 0.0), ("timestep_mean", 0.0), ("init", None)):
         old.setdefault(k, v)
 
 
@@ -307,6 +346,7 @@ def train_instruct(clips: list[str | Path], model: str | Path, out: str | Path, 
     controls = clip_controls(sets)
     names = controls[0]
     init = _init_net(cfg, base, names)  # before anything is written
+    bounds = _event_bounds(sets, base.codec.vae.temporal_compression) if cfg.event_share > 0 else None
     data_paths = [str(c.resolve()) for c in clips]
     settings = {**dataclasses.asdict(cfg), "data": data_paths, "model": str(Path(model).resolve()), "base": base_key(base)}
     run = RunFolder(out, settings, keep=cfg.keep_checkpoints, may_change=MAY_CHANGE + ("init_steps",), upgrade=_upgrade)
@@ -342,7 +382,7 @@ def train_instruct(clips: list[str | Path], model: str | Path, out: str | Path, 
     changing = key_changes(data.keys, r) if cfg.key_change_share > 0 else None  # only the share draws them
 
     def step_loss(step: int) -> torch.Tensor:
-        draws = [draw_sample(cfg, init_steps + step, i, len(data.latents), shape, data.has_keys, changing)
+        draws = [draw_sample(cfg, init_steps + step, i, len(data.latents), shape, data.has_keys, changing, bounds)
                  for i in range(cfg.batch_size)]
         z, noise, t, mask, text, text_mask, controls = batch_inputs(draws, data, r, device)
         kwargs = {"encoder_hidden_states": text, "encoder_attention_mask": text_mask, **cond, **controls.as_kwargs()}
@@ -357,7 +397,8 @@ def train_instruct(clips: list[str | Path], model: str | Path, out: str | Path, 
                         {"no_control": cfg.no_control, "recipe": cfg.recipe, "text_dropout": cfg.text_dropout,
                          "context_noise": cfg.context_noise, "instructions": cfg.instructions, "learning_rate": cfg.learning_rate,
                          "key_modulation": cfg.key_modulation, "expert_lr_scale": cfg.expert_lr_scale,
-                         "key_change_share": cfg.key_change_share, "timestep_mean": cfg.timestep_mean,
+                         "key_change_share": cfg.key_change_share, "event_share": cfg.event_share,
+                         "timestep_mean": cfg.timestep_mean,
                          "batch_size": cfg.batch_size, "layers": net.config.num_layers})
     result = InstructModel(net, meta)
     params = sum(p.numel() for p in net.parameters())
