@@ -43,3 +43,19 @@ def test_a_kill_between_a_checkpoint_and_its_manifest_leaves_the_previous_one(tm
 def test_no_deadline_never_passes_and_a_past_one_does():
     assert not Deadline(None).passed()
     assert Deadline(0).passed() and not Deadline(60).passed()
+
+
+def test_bf16_asked_for_on_a_cpu_without_bf16_units_gets_a_warning(monkeypatch, capsys):
+    """--bf16 without bf16 units runs emulated, ~10x slower: the training commands say so, once."""
+    import torch
+
+    from gamengen.cli.common import warn_slow_bf16
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for native, warned in ((False, True), (True, False)):
+        monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: native)
+        warn_slow_bf16(True)
+        err = capsys.readouterr().err
+        assert ("has no bf16 units" in err) == warned and err.count("\n") == int(warned), err
+        warn_slow_bf16(False)
+        assert capsys.readouterr().err == ""

@@ -12,7 +12,8 @@ import numpy as np
 import typer
 
 from ..errors import UserError
-from .common import CONTROL_GUIDANCE, app, console, interactive_threads, progress_bar, step_reporter
+from .common import (CONTROL_GUIDANCE, app, console, interactive_threads, progress_bar, step_reporter,
+                     warn_slow_bf16)
 
 
 clip_app = typer.Typer(no_args_is_help=True, help="GameGen-X clips: train the clip model, make clips from text, "
@@ -79,6 +80,7 @@ def tune_codec(
     clip model trained on them, stay valid. `clip eval`'s held-out clips are never tuned on."""
     from ..train.codec_tune import CodecTuneConfig, tune_codec as tune
 
+    warn_slow_bf16(bf16)
     cfg = CodecTuneConfig(steps=steps, batch_size=batch_size, frames_per_clip=frames_per_clip, learning_rate=learning_rate,
                           checkpoint_every=checkpoint_every, seed=seed, max_minutes=max_minutes, bf16=bf16,
                           adversarial=adversarial)
@@ -155,6 +157,7 @@ def train(
     given = {"steps": steps, "batch_size": batch_size, "learning_rate": learning_rate, "text_steps": text_steps,
              "checkpoint_every": checkpoint_every, "max_minutes": max_minutes, "ema_decay": ema_decay,
              "continuation": continuation}
+    warn_slow_bf16(bf16)
     cfg = ClipTrainConfig.from_preset(preset, seed=seed, captions=captions, bf16=bf16, pooled_text=pooled_text,
                                       image_share=image_share, context_noise=context_noise,
                                       init=str(init.resolve()) if init else None,
@@ -210,6 +213,7 @@ def train_instruct(
     """Train InstructNet beside the frozen clip model (§3.4, §3.5 stage 2): keys, instructions, video prompts."""
     from ..train.instruct import InstructTrainConfig, parse_recipe, train_instruct as train_net
 
+    warn_slow_bf16(bf16)
     cfg = InstructTrainConfig(steps=steps, batch_size=batch_size, learning_rate=learning_rate, layers=layers,
                               no_control=no_control, **({"recipe": parse_recipe(recipe)} if recipe else {}),
                               prompts=list(prompts), context_noise=context_noise, instructions=instructions,

@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from ..errors import UserError
-from .common import app, progress_bar, step_reporter
+from .common import app, progress_bar, step_reporter, warn_slow_bf16
 
 
 @app.command("train-ae")
@@ -36,6 +36,7 @@ def train_ae(
     """Train the latent autoencoder on store frames, then fine-tune its decoder alone (re-run to resume)."""
     from ..train.autoencoder import AETrainConfig, train_autoencoder
 
+    warn_slow_bf16(bf16)
     cfg = AETrainConfig(preset=preset, steps=steps, decoder_steps=decoder_steps, batch_size=batch_size,
                         crop=crop, learning_rate=learning_rate, seed=seed, checkpoint_every=checkpoint_every,
                         keep_checkpoints=keep_checkpoints, pretrained=str(pretrained) if pretrained else None,
@@ -98,6 +99,7 @@ def train(
     given = {"steps": steps, "batch_size": batch_size, "context": context, "learning_rate": learning_rate,
              "max_frames": max_frames, "max_minutes": max_minutes,
              "checkpoint_every": checkpoint_every, "sample_every": sample_every}
+    warn_slow_bf16(bf16)
     cfg = TrainConfig.from_preset(preset, bf16=bf16, seed=seed, batched_data=batched_data,
                                   init=str(init.resolve()) if init else None,
                                   **{k: v for k, v in given.items() if v is not None})
@@ -129,6 +131,7 @@ def distill(
     from ..train.distill import DistillConfig
     from ..train.distill import distill as run_distill
 
+    warn_slow_bf16(bf16)
     cfg = DistillConfig(steps=steps, batch_size=batch_size, learning_rate=learning_rate, max_frames=max_frames,
                         checkpoint_every=checkpoint_every, seed=seed, max_minutes=max_minutes, bf16=bf16)
     with progress_bar("distillation steps", steps) as advance:
@@ -161,6 +164,7 @@ def tune_decoder(
     from ..train.decoder import DecoderTuneConfig
     from ..train.decoder import tune_decoder as run_tune
 
+    warn_slow_bf16(bf16)
     cfg = DecoderTuneConfig(steps=steps, batch_size=batch_size, mix=mix, learning_rate=learning_rate,
                             unet_learning_rate=unet_learning_rate if unet else None, max_frames=max_frames, checkpoint_every=checkpoint_every, seed=seed,
                             max_minutes=max_minutes, bf16=bf16)
@@ -204,6 +208,7 @@ def agent(
         raise UserError("missing --out", "e.g. gamengen agent --out runs/agent")
     from ..agent.train import AgentConfig, replace, train
 
+    warn_slow_bf16(bf16)
     cfg = replace(AgentConfig(), steps=steps, n_envs=n_envs, n_steps=n_steps, n_epochs=n_epochs,
                   batch_size=batch_size, learning_rate=learning_rate, ent_coef=ent_coef, gamma=gamma,
                   vec_env=vec_env, eval_every=eval_every, bf16=bf16, **{
