@@ -41,6 +41,8 @@
 # GG (default .venv/bin/gamengen), AE and MINUTES (each stage has its default) may be set; CODEC and TEXT
 # (default runs/vvae/model, runs/clip-text) name the codec and caption T5 the clip models train on:
 # CODEC=models/clip-doom/codec TEXT=models/clip-doom/text are the bundled model's own copies of them.
+# The stages marked bf16 use it where the CPU has bf16 units (BF16=0 or 1 overrides; default: 1 where
+# /proc/cpuinfo shows avx512_bf16).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GG=${GG:-.venv/bin/gamengen}
@@ -49,6 +51,9 @@ CODEC=${CODEC:-runs/vvae/model}
 TEXT=${TEXT:-runs/clip-text}
 stores=(); for d in data/clips/*/; do stores+=(--data "$d"); done
 data=(); for d in data/curated/*/; do data+=(--data "$d"); done
+# bf16 autocast only where the CPU has bf16 units: elsewhere it is emulated, ~10x slower than fp32.
+if [ -z "${BF16:-}" ]; then grep -q avx512_bf16 /proc/cpuinfo && BF16=1 || BF16=0; fi
+prec=""; [ "$BF16" = 1 ] && prec=--bf16
 
 parked_leg() {  # sets from and leg: clip train's flags to start from the parked model (or from scratch)
   if [ -f carry/clip-long/gamengen_clip.json ]; then
@@ -101,12 +106,12 @@ case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval D
     ;;
   ae)
     OMP_NUM_THREADS=1 $GG train-ae "${stores[@]}" --out "$AE" --preset cpu-16ch --init models/defend-the-center/ae \
-      --steps 1000000 --decoder-steps 1000000 --checkpoint-every 200 --max-minutes "${MINUTES:-25}" --bf16
+      --steps 1000000 --decoder-steps 1000000 --checkpoint-every 200 --max-minutes "${MINUTES:-25}" $prec
     ;;
   ae-long)  # no --max-minutes: with it, stage 1 would end at 3/4 of one call's budget (a time-budget run)
     scripts/carry.sh restore runs/ae-games-long
     OMP_NUM_THREADS=${THREADS:-1} $GG train-ae "${stores[@]}" --out runs/ae-games-long --preset cpu-16ch \
-      --init models/clip-doom/codec/ae --steps 8000 --decoder-steps 2000 --checkpoint-every 100 --bf16
+      --init models/clip-doom/codec/ae --steps 8000 --decoder-steps 2000 --checkpoint-every 100 $prec
     ;;
   vae)  # resumable; before a session ends, `scripts/carry.sh park runs/vvae` (this stage restores it)
     scripts/carry.sh restore runs/vvae
@@ -126,21 +131,21 @@ case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval D
       *) echo "unknown candidate $2" >&2; exit 2 ;;
     esac
     OMP_NUM_THREADS=1 $GG clip train "${data[@]}" --codec "$CODEC" --text "$TEXT" --out "runs/clip18-$2" \
-      --preset cpu --steps 100000 --bf16 $flags --max-minutes "${MINUTES:-25}"
+      --preset cpu --steps 100000 $prec $flags --max-minutes "${MINUTES:-25}"
     ;;
   clip-long)
     parked_leg
     out=runs/clip-long-from-$from
     linked_cache "$out"
     OMP_NUM_THREADS=${THREADS:-2} $GG clip train "${data[@]}" "${leg[@]}" --out "$out" \
-      --preset cpu --steps 100000 --bf16 --pooled-text --image-share 0.5 --max-minutes "${MINUTES:-60}"
+      --preset cpu --steps 100000 $prec --pooled-text --image-share 0.5 --max-minutes "${MINUTES:-60}"
     ;;
   leg)
     name=${2:?which leg: a name for runs/leg-NAME}
     parked_leg
     linked_cache "runs/leg-$name"
     OMP_NUM_THREADS=${THREADS:-1} $GG clip train "${data[@]}" "${leg[@]}" --out "runs/leg-$name" \
-      --preset cpu --steps "${STEPS:-800}" --bf16 --pooled-text --image-share 0.5 --ema-decay 0 "${@:3}"
+      --preset cpu --steps "${STEPS:-800}" $prec --pooled-text --image-share 0.5 --ema-decay 0 "${@:3}"
     ;;
   clip-park)  # a leg writes its model when its MINUTES are up (or at --steps), not when killed
     run=$(ls -d runs/clip-long-from-*/model 2>/dev/null | sort -t- -k4 -n | tail -1)

@@ -13,14 +13,16 @@
 #                                      # curated game, Canny and flow prompts, MINUTES (default 55), bf16;
 #                                      # in runs/instruct19 (prompt latents are encoded once, ~4 min a game);
 #                                      # INIT=DIR starts from an InstructNet beside the same MODEL
-#                                      # (models/instructnet-doom), THREADS (default 1) its torch threads
+#                                      # (models/instructnet-doom), THREADS (default 1) its torch threads,
+#                                      # FLAGS more train-instruct flags (e.g. "--event-share 0.5")
 #   scripts/cpu-issue19.sh eval        # SR-C and SR-E of $RUN/model on data/heldout, CONTEXTS (default 4)
 #                                      # per game, into $RUN-control; JUDGE=DIR (an earlier `clip eval`'s
 #                                      # --out) adds SR-E for the summons its classifier knows; INSTRUCT=DIR
 #                                      # measures another InstructNet (models/instructnet-doom), CG=W with
 #                                      # --control-guidance W, THREADS (default 1) its torch threads
 #
-# GG (default .venv/bin/gamengen), MODEL and RUN (default runs/instruct19) may be set; DATA=control
+# GG (default .venv/bin/gamengen), MODEL, RUN (default runs/instruct19) and BF16 (0 or 1; default: 1 where
+# /proc/cpuinfo shows avx512_bf16) may be set; DATA=control
 # trains `instruct` on data/control instead of issue 18's data/curated.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +34,9 @@ CONTROL=("freedoom1/E1M1 2011 8000" "freedoom1/E1M2 2012 8000" "freedoom1/E1M3 2
          "freedoom2/MAP01 2021 8000" "freedoom2/MAP02 2022 8000" "freedoom2/MAP03 2023 8000"
          "scenario/defend_the_center 2031 4000" "scenario/my_way_home 2034 4000")
 data=(); for d in data/${DATA:-curated}/*/; do data+=(--data "$d"); done
+# bf16 autocast only where the CPU has bf16 units: elsewhere it is emulated, ~10x slower than fp32.
+if [ -z "${BF16:-}" ]; then grep -q avx512_bf16 /proc/cpuinfo && BF16=1 || BF16=0; fi
+prec=""; [ "$BF16" = 1 ] && prec=--bf16
 case "${1:?usage: scripts/cpu-issue19.sh heldout|control|instruct|eval}" in
   heldout)
     for g in "${HELDOUT[@]}"; do
@@ -52,8 +57,8 @@ case "${1:?usage: scripts/cpu-issue19.sh heldout|control|instruct|eval}" in
     ;;
   instruct)
     OMP_NUM_THREADS=${THREADS:-1} $GG clip train-instruct --model "$MODEL" "${data[@]}" --out "$RUN" \
-      --prompt-kind canny --prompt-kind flow --steps 100000 --bf16 --max-minutes "${MINUTES:-55}" \
-      ${INIT:+--init "$INIT"}
+      --prompt-kind canny --prompt-kind flow --steps 100000 $prec --max-minutes "${MINUTES:-55}" \
+      ${INIT:+--init "$INIT"} ${FLAGS:-}
     ;;
   eval)
     stores=(); for g in "${HELDOUT[@]}"; do read -r target _ <<<"$g"; stores+=(--data "data/heldout/${target//\//-}"); done
