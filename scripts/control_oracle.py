@@ -17,10 +17,11 @@ from pathlib import Path
 import numpy as np
 
 from gamengen.curate.prompts import video_prompt
+from gamengen.data.captions import key_request
 from gamengen.data.store import Store
 from gamengen.engine.clip import Steering, continue_clip
 from gamengen.eval.control import (MOVING, ControlEvalConfig, _env, camera_label, chunk, contexts, direction_label, hold,
-                                   instruction_for, key_buttons, replay)
+                                   key_buttons, replay)
 from gamengen.models.clip_model import ClipModel
 from gamengen.models.instruct_model import InstructModel
 
@@ -60,7 +61,7 @@ def main() -> None:
                         kind = v.split()[0]
                         with_keys = "keys" in v
                         steer = Steering(instruct, key_buttons(spec.action_set, key) if with_keys else (),
-                                         instruction_for(key) if with_keys else None, video_prompt(kind, whole))
+                                         key_request(key) if with_keys else None, video_prompt(kind, whole))
                         out = continue_clip(model, c.frames, c.prompt, cfg.seed, cfg.steps, cfg.guidance, steer=steer)
                         row[v] = direction_label(out[used - 1:])
                     cases.append(row)

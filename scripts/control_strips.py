@@ -12,10 +12,11 @@ import sys
 import numpy as np
 from PIL import Image, ImageDraw
 
+from gamengen.data.captions import key_request
 from gamengen.data.store import Store
 from gamengen.engine.clip import Steering, continue_clip
 from gamengen.envs.vizdoom_env import DOOM_EVENTS
-from gamengen.eval.control import (ControlEvalConfig, _env, chunk, contexts, event_instruction, hold, instruction_for,
+from gamengen.eval.control import (ControlEvalConfig, _env, chunk, contexts, event_instruction, hold,
                                    key_buttons, replay)
 from gamengen.models.clip_model import ClipModel
 from gamengen.models.instruct_model import InstructModel
@@ -38,7 +39,7 @@ def main(model_dir, instruct_dir, store_dir, out, seed=0):
         for key in (k for k in KEYS if k in names):
             replay(env, c.env_seed, c.actions, c.frames[-1])
             rows.append((f"real game, {key}", hold(env, names.index(key), gen, c.frames[-1])))
-            steer = Steering(net, key_buttons(store.spec.action_set, key), instruction_for(key))
+            steer = Steering(net, key_buttons(store.spec.action_set, key), key_request(key))
             rows.append((f"InstructNet, {key}", continue_clip(model, c.frames, c.prompt, cfg.seed, steer=steer)[used - 1:]))
     finally:
         env.close()

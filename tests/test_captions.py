@@ -124,6 +124,38 @@ def test_captions_say_what_the_recording_holds(events_store):
     assert checked_turns == {"left", "right"} and checked_events >= 5
 
 
+def test_a_request_is_worded_as_the_recorded_captions_are(events_store):
+    """request_instruction (an eval's or a player's request at the end of a context) gives all five INS
+    fields in the words the recorded captions use, so InstructNet reads what it trained on."""
+    import re
+
+    from gamengen.data.captions import fired_events, key_request, request_instruction
+
+    rec = next(iter(events_store.episodes()))
+    context = caption(events_store, rec, 0, 5)
+    dim = next(e for e in events_store.spec.events if e.name == "lights_dim")
+    text = request_instruction(context, 90.4, "TURN_LEFT", dim)
+    fields = dict(re.findall(r"(Env|Trans|Light|Act|Misc): (.*?)(?= (?:Env|Trans|Light|Act|Misc): |$)", text))
+    assert tuple(fields) == INS_FIELDS and fields["Env"] == context["Env"]
+    assert [(e.name, at) for e, at in fired_events(fields["Trans"], events_store.spec.events)] == [("lights_dim", 0.1)]
+    assert fields["Light"] == "Brightness 90/255 (moderately lit) at the start; lighting events: lights dim at 0.1 s."
+    assert fields["Act"] == "The player turns left." and fields["Misc"].startswith("Keys: TURN_LEFT 100% (dominant: TURN_LEFT)")
+    # the recorded captions' own words for each part (a template change must change both)
+    for start in range(0, rec.length - 20, 20):
+        real = caption(events_store, rec, start, start + 20)
+        assert re.match(r"Brightness \d+/255 \((dark|dim|moderately lit|bright)\) at the start", real["Light"])
+        assert re.match(r"Keys: ([\w+]+ \d+%, )*[\w+]+ \d+% \(dominant: [\w+]+\)\. Camera: ", real["Misc"])
+        assert real["Act"].startswith("The player ") and real["Trans"][:3] in ("At ", "No ")
+    plain = request_instruction(context, 20.0, "NOOP")
+    assert "Trans: No in-game event. Light: Brightness 20/255 (dark) at the start, steady." in plain
+    assert plain.endswith("Act: The player stays in place. Misc: Keys: NOOP 100% (dominant: NOOP). Camera: static.")
+    # a combo of buttons (clip play's held keys) reads as a recorded combo action does: pan first
+    assert request_instruction(context, 20.0, "MOVE_FORWARD+TURN_LEFT").endswith(
+        "Act: The player walks forward and turns left. Misc: Keys: MOVE_FORWARD+TURN_LEFT 100% (dominant: "
+        "MOVE_FORWARD+TURN_LEFT). Camera: pan left, dolly in.")
+    assert key_request("JUMP") == "Act: The player presses JUMP. Misc: Keys: JUMP 100% (dominant: JUMP)."
+
+
 def test_a_summon_in_view_makes_a_tense_caption(events_store):
     spec = events_store.spec
     for rec in events_store.episodes():

@@ -113,6 +113,13 @@ def test_keys_steer_the_next_chunk_and_an_abandoned_chunk_changes_nothing(clip_r
     fresh2.start(PROMPT, 0)
     steered = fresh2.next_chunk(("RIGHT",))
     assert np.abs(steered.astype(int) - plain).max() > 0  # InstructNet's operation signal reaches the frames
+    # a key alone comes with the instruction of holding it, as InstructNet trained and eval-control asks
+    from gamengen.data.captions import key_request
+    from gamengen.engine.clip import Steering
+
+    asked = continue_clip(fresh2.model, tail, PROMPT, fresh2.seed + 1, c.steps, c.guidance,
+                          steer=Steering(fresh2.instruct, ("RIGHT",), key_request("RIGHT"), guidance=c.control_guidance))
+    assert np.array_equal(asked[c.context:], steered)
     # control guidance (the default, 4) pushes the keys' effect further than none (1): a third branch
     # with the controls off
     unguided = ClipWorld(w.model, w.instruct, ClipPlayConfig(steps=STEPS, control_guidance=1.0))

@@ -386,6 +386,24 @@ def test_eval_control_replays_the_real_game_under_each_key(clip_run, instruct, t
     err = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(err) == 1 and "control guidance -1" in err[0], res.stderr
     assert not (tmp_path / "bad").exists()
+    res = cli("clip", "eval-control", "--model", clip_run / "run" / "model", "--instruct", instruct / "model",
+              "--data", clip_run / "store", "--out", tmp_path / "bad", "--instructions", "long")
+    err = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(err) == 1 and "instructions 'long'" in err[0], res.stderr
+    assert not (tmp_path / "bad").exists()
+    # --instructions full: all five INS fields, the room from the context's own caption
+    from gamengen.data.captions import caption
+    from gamengen.data.store import Store
+    from gamengen.eval.control import ControlEvalConfig, Context, instruction
+
+    store = Store.open(clip_run / "store")
+    rec = next(iter(store.episodes()))
+    frames = np.asarray(store.open_episode(rec)["frames"][:5])
+    fields = caption(store, rec, 0, 5)
+    text = instruction(ControlEvalConfig(instructions="full"),
+                       Context(rec.path, 4, 0, frames, np.zeros(4, np.int64), "", frames, fields), "LEFT")
+    assert text.startswith(f"Env: {fields['Env']} Trans: No in-game event. Light: Brightness ")
+    assert text.endswith("Act: The player presses LEFT. Misc: Keys: LEFT 100% (dominant: LEFT). Camera motion was not recorded.")
     from gamengen.cli.clip import CONTROL_KEYS
     from gamengen.eval.control import KEYS
 

@@ -434,12 +434,12 @@ def bench_clip(model_dir, prompt: str, repeats: int = 3, steps: int | None = Non
     steered_s = None
     if instruct_dir is not None:
         from .engine.clip import Steering
-        from .eval.control import instruction_for
+        from .data.captions import key_request
         from .models.instruct_model import InstructModel
 
         instruct = InstructModel.from_pretrained(instruct_dir, model)
         key = instruct.meta.key_names[0]
-        steer = Steering(instruct, (key,), instruction_for(key))
+        steer = Steering(instruct, (key,), key_request(key))
         steered_s = median_s(lambda i: continue_clip(model, clip[:5], prompt, i + 1, steps, steer=steer))
     calls = steps * (2 if s.guidance != 1 else 1)  # text-to-clip's; a continuation's CFG weight may differ
     return {"model": str(model_dir), "machine": machine(), "threads": torch.get_num_threads(),

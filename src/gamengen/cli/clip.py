@@ -440,6 +440,10 @@ def eval_control(
     control_guidance: float = CONTROL_GUIDANCE,
     classifier: Optional[Path] = typer.Option(None, "--classifier", help="The judge of an earlier `clip eval` (its "
                                                                          "--out folder): SR-E for the summons it knows."),
+    instructions: str = typer.Option("short", help="short: the instruction holds the fields the request is about "
+                                                   "(Act and Misc for a key, Trans and Light for an event); full: all "
+                                                   "five INS fields, Env from the context's caption; none: no "
+                                                   "instruction (a key alone, as clip play sends one)."),
 ):
     """Character-control success (SR-C) against the real game: each context continued under each key,
     its flow's camera label against the real game's under the same key from the same state; and
@@ -460,7 +464,8 @@ def eval_control(
         from ..eval.clip_classifier import load_judge
 
         judge = load_judge(classifier)  # one judge or a panel; a UserError for a folder without one
-    cfg = ControlEvalConfig(contexts, tuple(keys), context_latents, seed, steps, guidance, control_guidance)
+    cfg = ControlEvalConfig(contexts, tuple(keys), context_latents, seed, steps, guidance, control_guidance,
+                            instructions)
     with progress_bar("SR-C cases (keys a game lacks are skipped)", contexts * len(data) * len(keys)) as advance:
         res, strips = evaluate_control(m, net, list(data), cfg, report=advance)
     events = sum(event_rule(e, judge) is not None for d in data for e in Store.open(d).spec.events)

@@ -638,6 +638,52 @@ def _misc(w, motion) -> str:
     return text
 
 
+# -- requests: what an eval or a player asks InstructNet for, worded as a recorded clip's INS caption -----
+# For an action or button held alone: the Act field's verb (_act's) and the Misc field's camera words
+# (_camera_terms's), without the distances they measure. A combo ("FORWARD+TURN_LEFT") joins its parts.
+KEY_WORDS = {"TURN_LEFT": ("turns left", "pan left"), "TURN_RIGHT": ("turns right", "pan right"),
+             "FORWARD": ("walks forward", "dolly in"), "BACKWARD": ("walks backward", "dolly out"),
+             "STRAFE_LEFT": ("strafes left", "truck left"), "STRAFE_RIGHT": ("strafes right", "truck right"),
+             "MOVE_FORWARD": ("walks forward", "dolly in"), "MOVE_BACKWARD": ("walks backward", "dolly out"),
+             "MOVE_LEFT": ("strafes left", "truck left"), "MOVE_RIGHT": ("strafes right", "truck right"),
+             "NOOP": ("stays in place", "static")}
+
+
+def _key_words(key: str) -> tuple[str, str]:
+    """(act, camera) for an action name or "+"-joined buttons; ("presses KEY", "") for unknown keys."""
+    parts = [KEY_WORDS.get(k) for k in key.split("+")]
+    if not all(parts):
+        return f"presses {key}", ""
+    cameras = sorted((c for _, c in parts), key=lambda c: not c.startswith("pan"))  # _camera_terms: pan first
+    return " and ".join(a for a, _ in parts), ", ".join(cameras)
+
+
+def key_request(key: str) -> str:
+    """The Act and Misc fields of a clip where ``key`` (an action name, or buttons joined by "+") is held
+    throughout: the instruction for a key alone."""
+    act, _ = _key_words(key)
+    return f"Act: The player {act}. Misc: Keys: {key} 100% (dominant: {key})."
+
+
+def request_instruction(context: dict[str, str], brightness: float, key: str, event: GameEvent | None = None) -> str:
+    """All five INS fields for a request made at the end of a context window: Env as the context's
+    (``caption``'s fields), ``event`` fired at 0.1 s (or none), the picture's ``brightness`` (0-255)
+    at the request, ``key`` held throughout (as key_request). InstructNet trains on all five (§3.2's
+    INS caption); a request of one or two of them is off that distribution."""
+    act, camera = _key_words(key)
+    trans = f"At 0.1 s {event.text}." if event is not None else "No in-game event."
+    light = f"Brightness {brightness:.0f}/255 ({_brightness_word(brightness)}) at the start"
+    if event is not None and event.kind == "light":
+        light += f"; lighting events: {event.name.replace('_', ' ')} at 0.1 s."
+    else:
+        light += ", steady."
+    misc = f"Keys: {key} 100% (dominant: {key})."
+    recorded = "Camera motion was not recorded" not in context["Misc"]
+    misc += f" Camera: {camera}." if recorded and camera else " Camera motion was not recorded."
+    return instruction_text({"Env": context["Env"], "Trans": trans, "Light": light, "Act": f"The player {act}.",
+                             "Misc": misc})
+
+
 # -- texts for the text encoder -----------------------------------------------------------------------
 def caption_text(fields: dict[str, str]) -> str:
     """The GEN caption as one string, "Summary: ... Game_Meta: ... Atmosphere: ..."."""

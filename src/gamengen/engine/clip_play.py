@@ -19,6 +19,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..data.captions import key_request
 from ..errors import UserError
 from ..models.clip_model import ClipModel
 from ..models.instruct_model import InstructModel
@@ -90,6 +91,12 @@ class ClipWorld:
         c = self.config
         steer = None
         if self.instruct is not None and (keys or instruction):
+            if instruction is None:
+                # Keys alone: InstructNet trained with keys only beside their clip's instruction caption
+                # (§3.5's recipe), so they get the Act and Misc fields of holding them, as `clip
+                # eval-control` gives them (docs/gamegen_x.md, "The instruction's fields").
+                names = self.key_names
+                instruction = key_request("+".join(sorted(keys, key=lambda k: names.index(k) if k in names else len(names))))
             steer = Steering(self.instruct, tuple(keys), instruction, guidance=c.control_guidance)
         n = self.chunk_frames
         # Only what is shown and what the next chunk continues from is decoded (the context's own

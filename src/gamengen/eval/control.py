@@ -32,16 +32,14 @@ from ..errors import UserError
 
 MOVING = ("pan left", "pan right", "forward", "backward")
 # The keys held, by action name: the Freedoom stores' (FORWARD, STRAFE_LEFT, ...) and the scenarios'
-# (MOVE_FORWARD, ...); a key a game lacks is skipped for that game. For each: the Act field's verb for it
-# held alone (data/captions.py's words, without the distances it measures), and its own way, how it alone
+# (MOVE_FORWARD, ...); a key a game lacks is skipped for that game. For each, its own way: how it alone
 # moves the view where nothing blocks it (a strafe slides the scene as a pan does; a wall or a door
-# stops the real game, not the key).
-KEY_MEANING = {"TURN_LEFT": ("turns left", "pan left"), "TURN_RIGHT": ("turns right", "pan right"),
-               "FORWARD": ("walks forward", "forward"), "BACKWARD": ("walks backward", "backward"),
-               "STRAFE_LEFT": ("strafes left", "pan left"), "STRAFE_RIGHT": ("strafes right", "pan right"),
-               "MOVE_FORWARD": ("walks forward", "forward"), "MOVE_BACKWARD": ("walks backward", "backward"),
-               "MOVE_LEFT": ("strafes left", "pan left"), "MOVE_RIGHT": ("strafes right", "pan right")}
-KEYS = tuple(KEY_MEANING)
+# stops the real game, not the key). Its words in an instruction are data/captions.KEY_WORDS.
+KEY_WAY = {"TURN_LEFT": "pan left", "TURN_RIGHT": "pan right", "FORWARD": "forward", "BACKWARD": "backward",
+           "STRAFE_LEFT": "pan left", "STRAFE_RIGHT": "pan right", "MOVE_FORWARD": "forward",
+           "MOVE_BACKWARD": "backward", "MOVE_LEFT": "pan left", "MOVE_RIGHT": "pan right"}
+KEYS = tuple(KEY_WAY)
+INSTRUCTIONS = ("short", "full", "none")
 
 
 @dataclass
@@ -53,11 +51,19 @@ class ControlEvalConfig:
     steps: int | None = None  # Euler steps (None: the model's)
     guidance: float | None = None
     control_guidance: float = 4.0  # engine/clip.CONTROL_GUIDANCE (a test holds them equal): CFG on the controls
+    # The instruction each case is given: "short", the fields the request is about (Act and Misc for a
+    # key, Trans and Light for an event); "full", all five INS fields as InstructNet trained on them
+    # (data/captions.request_instruction: Env from the context's caption, the rest from the request);
+    # "none", no instruction (a key alone; an event then has nothing to ask for it).
+    instructions: str = "short"
 
     def __post_init__(self):
         from ..engine.clip import check_control_guidance
 
         check_control_guidance(self.control_guidance)  # before any case is generated
+        if self.instructions not in INSTRUCTIONS:
+            raise UserError(f"instructions {self.instructions!r} is not one of {', '.join(INSTRUCTIONS)}",
+                            "pass --instructions short, full or none")
 
 
 @dataclass
@@ -87,12 +93,12 @@ class ControlResult:
         return float(np.mean([getattr(c, column) == c.real for c in scored])), len(scored)
 
     def key_way_rate(self, column: str) -> tuple[float | None, int]:
-        """(share of the cases, scored or not, whose ``column`` chunk goes its key's own way (KEY_MEANING),
+        """(share of the cases, scored or not, whose ``column`` chunk goes its key's own way (KEY_WAY),
         cases with a key of known way): whether the keys steer at all, whatever the real game did."""
-        known = [c for c in self.cases if c.key in KEY_MEANING]
+        known = [c for c in self.cases if c.key in KEY_WAY]
         if not known:
             return None, 0
-        return float(np.mean([getattr(c, column) == KEY_MEANING[c.key][1] for c in known])), len(known)
+        return float(np.mean([getattr(c, column) == KEY_WAY[c.key] for c in known])), len(known)
 
     def contexts_changed(self, column: str) -> tuple[int, int]:
         """(contexts where ``column``'s chunks do not all get one label across the keys, contexts with
@@ -135,11 +141,16 @@ def key_buttons(action_set, key: str) -> tuple[str, ...]:
     return tuple(b for b, on in zip(action_set.buttons, action_set.combos[i]) if on)
 
 
-def instruction_for(key: str) -> str:
-    """The INS caption's Act and Misc fields of a clip where ``key`` (an action name) is held throughout,
-    as data/captions.py words them: the instruction a player who types none is given."""
-    act = KEY_MEANING[key][0] if key in KEY_MEANING else f"presses {key}"
-    return f"Act: The player {act}. Misc: Keys: {key} 100% (dominant: {key})."
+def instruction(cfg: ControlEvalConfig, c: "Context", key: str, event=None) -> str | None:
+    """The instruction of a case (cfg.instructions): for context ``c`` with the action ``key`` held
+    and ``event`` (a GameEvent, or None) fired, worded by data/captions."""
+    from ..data.captions import key_request, mean_rgb, request_instruction
+
+    if cfg.instructions == "full":
+        return request_instruction(c.fields, float(mean_rgb(c.frames[-1]).mean()), key, event)
+    if cfg.instructions == "none":
+        return None
+    return key_request(key) if event is None else event_instruction(event)
 
 
 def replay(env, env_seed: int, actions: np.ndarray, expect: np.ndarray):
@@ -187,6 +198,7 @@ class Context:
     actions: np.ndarray  # (t,) every action before frame t
     prompt: str
     base: np.ndarray  # (F, H, W, 3) the base's continuation, no InstructNet
+    fields: dict  # the context frames' caption fields (data/captions.caption), GEN and INS
 
 
 def contexts(model, store, cfg: ControlEvalConfig, rng, used: int, gen: int):
@@ -204,9 +216,10 @@ def contexts(model, store, cfg: ControlEvalConfig, rng, used: int, gen: int):
         t = int(rng.integers(used - 1, rec.length - gen - 1))
         g = store.open_episode(rec)
         frames = np.asarray(g["frames"][t - used + 1:t + 1])
-        prompt = caption_text(caption(store, rec, t - used + 1, t + 1))
+        fields = caption(store, rec, t - used + 1, t + 1)
+        prompt = caption_text(fields)
         yield Context(rec.path, t, int(rec.meta["env_seed"]), frames, np.asarray(g["actions"][:t], np.int64), prompt,
-                      continue_clip(model, frames, prompt, cfg.seed, cfg.steps, cfg.guidance))
+                      continue_clip(model, frames, prompt, cfg.seed, cfg.steps, cfg.guidance), fields)
 
 
 def evaluate_control(model, instruct, stores: list, cfg: ControlEvalConfig, report=lambda n: None) -> tuple[ControlResult, dict]:
@@ -237,7 +250,7 @@ def evaluate_control(model, instruct, stores: list, cfg: ControlEvalConfig, repo
                     _, diverged = replay(env, c.env_seed, c.actions, c.frames[-1])
                     real = hold(env, spec.action_set.names.index(key), gen, c.frames[-1])
                     buttons = key_buttons(spec.action_set, key)
-                    steer = Steering(instruct, buttons, instruction_for(key), guidance=cfg.control_guidance)
+                    steer = Steering(instruct, buttons, instruction(cfg, c, key), guidance=cfg.control_guidance)
                     steered = continue_clip(model, c.frames, c.prompt, cfg.seed, cfg.steps, cfg.guidance, steer=steer)
                     recon = through_codec(model, np.concatenate([c.frames, real[1:]]))
                     res.cases.append(Case(game, c.episode, c.t, key, camera_label(real), direction_label(steered[used - 1:]),
@@ -344,9 +357,9 @@ def evaluate_events(model, instruct, stores: list, cfg: ControlEvalConfig, repor
                     _, diverged = replay(env, c.env_seed, c.actions, c.frames[-1])
                     env.fire_event(names.index(ev.name))
                     real = np.concatenate([c.frames, hold(env, noop, gen, c.frames[-1])[1:]])
+                    text = instruction(cfg, c, spec.action_set.names[noop], ev)
                     steered = continue_clip(model, c.frames, c.prompt, cfg.seed, cfg.steps, cfg.guidance,
-                                            steer=Steering(instruct, instruction=event_instruction(ev),
-                                                           guidance=cfg.control_guidance))
+                                            steer=Steering(instruct, instruction=text, guidance=cfg.control_guidance))
                     recon = through_codec(model, real)
                     cases.append(EventCase(spec.env_id, c.episode, c.t, ev.name, rule(real, used), rule(steered, used),
                                            rule(c.base, used), rule(recon, used), diverged))
