@@ -374,6 +374,7 @@ def test_eval_control_replays_the_real_game_under_each_key(clip_run, instruct, t
     report = json.loads((out / "report.json").read_text())
     assert len(report["cases"]) == 4 and report["diverged"] == 0 and report["events"] == []  # replays reach the recorded frame
     assert report["skipped"] == {"JUMP not in toy:cursor's actions": 2}
+    assert report["command"].startswith("gamengen clip eval-control --model")  # the settings its figures came from
     labels = {"static", "pan left", "pan right", "forward", "backward", "mixed"}
     assert all({c["real"], c["steered"], c["base"], c["codec"]} <= labels for c in report["cases"])
     for column in ("steered", "base", "codec"):

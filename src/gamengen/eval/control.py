@@ -450,7 +450,7 @@ def write_report(out, res: ControlResult, strips: dict, command: str) -> dict:
         (tmp / "strips").mkdir(parents=True)
         for (game, key), image in strips.items():
             write_png(tmp / "strips" / f"{game.replace(':', '-').replace('/', '-')}-{key}.png", image)
-        (tmp / "report.json").write_text(json.dumps({**summary, "cases": [asdict(c) for c in res.cases],
+        (tmp / "report.json").write_text(json.dumps({**summary, "command": command, "cases": [asdict(c) for c in res.cases],
                                                      "events": [asdict(c) for c in res.events]}, indent=1))
         (tmp / "report.md").write_text("\n".join(lines))
 
