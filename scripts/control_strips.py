@@ -12,11 +12,11 @@ import sys
 import numpy as np
 from PIL import Image, ImageDraw
 
-from gamengen.data.captions import key_request
+from gamengen.data.captions import event_request, key_request
 from gamengen.data.store import Store
 from gamengen.engine.clip import Steering, continue_clip
 from gamengen.envs.vizdoom_env import DOOM_EVENTS
-from gamengen.eval.control import (ControlEvalConfig, _env, chunk, contexts, event_instruction, hold,
+from gamengen.eval.control import (ControlEvalConfig, _env, chunk, contexts, hold,
                                    key_buttons, replay)
 from gamengen.models.clip_model import ClipModel
 from gamengen.models.instruct_model import InstructModel
@@ -45,7 +45,7 @@ def main(model_dir, instruct_dir, store_dir, out, seed=0):
         env.close()
     events = {e.name: e for e in DOOM_EVENTS}
     for name in EVENTS:
-        text = event_instruction(events[name])
+        text = event_request(events[name])
         rows.append((f"InstructNet, {name}", continue_clip(model, c.frames, c.prompt, cfg.seed,
                                                            steer=Steering(net, (), text))[used - 1:]))
     rows.append(("base, no control", c.base[used - 1:]))

@@ -665,18 +665,29 @@ def key_request(key: str) -> str:
     return f"Act: The player {act}. Misc: Keys: {key} 100% (dominant: {key})."
 
 
+def _fired_at_start(event: GameEvent) -> tuple[str, str]:
+    """(the Trans field, the Light field's lighting-event clause or "") of a clip where ``event`` fires at
+    0.1 s, as _trans and _light word them."""
+    light = f"lighting events: {event.name.replace('_', ' ')} at 0.1 s" if event.kind == "light" else ""
+    return f"At 0.1 s {event.text}.", light
+
+
+def event_request(event: GameEvent) -> str:
+    """The Trans (and, for lighting, Light) field of a clip where ``event`` fires at its start: the
+    instruction for an event alone."""
+    trans, light = _fired_at_start(event)
+    return f"Trans: {trans}" + (f" Light: {light}." if light else "")
+
+
 def request_instruction(context: dict[str, str], brightness: float, key: str, event: GameEvent | None = None) -> str:
     """All five INS fields for a request made at the end of a context window: Env as the context's
     (``caption``'s fields), ``event`` fired at 0.1 s (or none), the picture's ``brightness`` (0-255)
     at the request, ``key`` held throughout (as key_request). InstructNet trains on all five (§3.2's
     INS caption); a request of one or two of them is off that distribution."""
     act, camera = _key_words(key)
-    trans = f"At 0.1 s {event.text}." if event is not None else "No in-game event."
+    trans, fired = _fired_at_start(event) if event is not None else ("No in-game event.", "")
     light = f"Brightness {brightness:.0f}/255 ({_brightness_word(brightness)}) at the start"
-    if event is not None and event.kind == "light":
-        light += f"; lighting events: {event.name.replace('_', ' ')} at 0.1 s."
-    else:
-        light += ", steady."
+    light += f"; {fired}." if fired else ", steady."
     misc = f"Keys: {key} 100% (dominant: {key})."
     recorded = "Camera motion was not recorded" not in context["Misc"]
     misc += f" Camera: {camera}." if recorded and camera else " Camera motion was not recorded."

@@ -95,8 +95,7 @@ class ClipWorld:
                 # Keys alone: InstructNet trained with keys only beside their clip's instruction caption
                 # (§3.5's recipe), so they get the Act and Misc fields of holding them, as `clip
                 # eval-control` gives them (docs/gamegen_x.md, "The instruction's fields").
-                names = self.key_names
-                instruction = key_request("+".join(sorted(keys, key=lambda k: names.index(k) if k in names else len(names))))
+                instruction = key_request("+".join(k for k in self.key_names if k in keys))  # unknown keys: Steering refuses them
             steer = Steering(self.instruct, tuple(keys), instruction, guidance=c.control_guidance)
         n = self.chunk_frames
         # Only what is shown and what the next chunk continues from is decoded (the context's own

@@ -144,13 +144,13 @@ def key_buttons(action_set, key: str) -> tuple[str, ...]:
 def instruction(cfg: ControlEvalConfig, c: "Context", key: str, event=None) -> str | None:
     """The instruction of a case (cfg.instructions): for context ``c`` with the action ``key`` held
     and ``event`` (a GameEvent, or None) fired, worded by data/captions."""
-    from ..data.captions import key_request, mean_rgb, request_instruction
+    from ..data.captions import event_request, key_request, mean_rgb, request_instruction
 
     if cfg.instructions == "full":
         return request_instruction(c.fields, float(mean_rgb(c.frames[-1]).mean()), key, event)
     if cfg.instructions == "none":
         return None
-    return key_request(key) if event is None else event_instruction(event)
+    return key_request(key) if event is None else event_request(event)
 
 
 def replay(env, env_seed: int, actions: np.ndarray, expect: np.ndarray):
@@ -290,15 +290,6 @@ class EventCase:
     base: bool
     codec: bool
     diverged: bool = False
-
-
-def event_instruction(event) -> str:
-    """The INS caption's Trans (and, for lighting, Light) field of a clip where ``event`` fires at its
-    start, as data/captions.py words them."""
-    text = f"Trans: At 0.1 s {event.text}."
-    if event.kind == "light":
-        text += f" Light: lighting events: {event.name.replace('_', ' ')} at 0.1 s."
-    return text
 
 
 def shows(effect: str, frames: np.ndarray, used: int) -> bool:
