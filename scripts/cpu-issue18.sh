@@ -4,6 +4,9 @@
 #
 #   scripts/cpu-issue18.sh record     # the varied, captioned recordings (scripts/record-clips.sh, WORKERS=2)
 #   scripts/cpu-issue18.sh curate     # one clip dataset per game: data/curated/<game>
+#   scripts/cpu-issue18.sh judge-data # other recordings of the seven Freedoom maps (seeds + 1000, twice the
+#                                     # steps), curated into data/judge/<game>: `clip eval --judge-data`'s
+#                                     # clips, for a judge that has seen more of each map
 #   scripts/cpu-issue18.sh text       # the caption T5, pretrained on every curated game's captions
 #   scripts/cpu-issue18.sh ae-lever L # one 2D AE candidate on every game's frames, 20 single-core minutes:
 #                                     # L = scratch (cpu preset), init (cpu, from the bundled model's AE),
@@ -76,13 +79,20 @@ linked_cache() {  # every leg reads one latent and text cache (keyed by codec, t
   mkdir -p runs/clip-long-cache "$1"
   [ -e "$1/cache" ] || ln -s ../clip-long-cache "$1/cache"
 }
-case "${1:?usage: scripts/cpu-issue18.sh record|curate|text|ae-lever L|ae-eval DIR|ae|ae-long|vae|train|lever L|clip-long|clip-park|leg NAME|eval RUN}" in
+case "${1:?usage: scripts/cpu-issue18.sh record|curate|judge-data|text|ae-lever L|ae-eval DIR|ae|ae-long|vae|train|lever L|clip-long|clip-park|leg NAME|eval RUN}" in
   record) WORKERS=${WORKERS:-2} scripts/record-clips.sh ;;  # the docs' figures are of the two-worker data
   curate)
     for store in data/clips/*/; do
       name=$(basename "$store")
       [ -f "data/curated/$name/dataset.json" ] && continue  # curate writes its folder whole, so present = done
       $GG curate --from "$store" --out "data/curated/$name" --max-windows 6
+    done
+    ;;
+  judge-data)
+    for map in freedoom1/E1M1 freedoom1/E1M2 freedoom1/E1M3 freedoom1/E1M4 freedoom2/MAP01 freedoom2/MAP02 freedoom2/MAP03; do
+      name=${map//\//-}
+      OUT=data/judge-clips SEED_OFFSET=1000 STEPS=32000 WORKERS=${WORKERS:-2} scripts/record-clips.sh "$map"
+      [ -f "data/judge/$name/dataset.json" ] || $GG curate --from "data/judge-clips/$name" --out "data/judge/$name" --max-windows 6
     done
     ;;
   text)
@@ -166,5 +176,5 @@ from gamengen.train.clip_data import text_key as k; print(k(C.load(sys.argv[1]))
       --clips-per-game "${CLIPS:-4}" ${JUDGE:+--classifier "$JUDGE"} ${CHAIN:+--chain "$CHAIN"} \
       ${CN:+--context-noise "$CN"}
     ;;
-  *) echo "unknown stage $1 (record, curate, text, ae-lever, ae-eval, ae, ae-long, vae, train, lever, clip-long, clip-park, leg or eval)" >&2; exit 2 ;;
+  *) echo "unknown stage $1 (record, curate, judge-data, text, ae-lever, ae-eval, ae, ae-long, vae, train, lever, clip-long, clip-park, leg or eval)" >&2; exit 2 ;;
 esac

@@ -1,12 +1,12 @@
 """How good a `gamengen clip eval` judge is on real clips, and what a longer or wider one would give.
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/judge_sweep.py --model MODEL --judge DIR \
-        [--steps N] [--width W] [--seed S] DATA...
+        [--steps N] [--width W] [--seed S] [--clips N] [--judge-data DIR]... DATA...
 
 DIR holds a judge (an earlier eval's classifier/ folder) or is trained into here on `clip eval`'s
-split (seed 0) with the ClassifierConfig defaults changed by --steps, --width and --seed (the judge's
-own initial weights and batches, not the split; the defaults:
-about 8 minutes of one core). Either way it is then scored on every held-out real clip of DATA:
+split (seed 0) with the ClassifierConfig defaults changed by --steps, --width, --clips (training clips per
+game) and --seed (the judge's own initial weights and batches, not the split; the defaults: about 8
+minutes of one core), with --judge-data's datasets added to its training clips (`clip eval --judge-data`). Either way it is then scored on every held-out real clip of DATA:
 - held-out accuracy: the game of the whole 17-frame clip;
 - real consistency: the game of the first 5 frames against that of the other 12, as `clip eval`
   splits a continuation, so the ceiling the judge puts on continuation consistency.
@@ -33,13 +33,17 @@ def main() -> None:
     ap.add_argument("--steps", type=int, help="ClassifierConfig.steps when training")
     ap.add_argument("--width", type=int, help="ClassifierConfig.width when training")
     ap.add_argument("--seed", type=int, help="ClassifierConfig.seed when training")
+    ap.add_argument("--clips", type=int, help="ClassifierConfig.max_train_clips when training")
+    ap.add_argument("--judge-data", type=Path, action="append", default=[],
+                    help="a dataset for the judge's training only; repeat it")
     ap.add_argument("data", nargs="+", type=Path)
     a = ap.parse_args()
-    changes = {k: v for k, v in (("steps", a.steps), ("width", a.width), ("seed", a.seed)) if v is not None}
+    changes = {k: v for k, v in (("steps", a.steps), ("width", a.width), ("seed", a.seed), ("max_train_clips", a.clips))
+               if v is not None}
     cfg = ClipEvalConfig(classifier=ClassifierConfig(**changes))
     have = (a.judge / META).exists()
     unused = Path(tempfile.mkdtemp()) / "unused"
-    inp = check_inputs(a.model, a.data, unused, cfg, a.judge if have else None)
+    inp = check_inputs(a.model, a.data, unused, cfg, a.judge if have else None, judge_data=[] if have else a.judge_data)
     clf = inp.classifier
     if clf is None:
         clf = fit_classifier(inp, cfg)

@@ -14,7 +14,8 @@
 #   gamengen data caption data/clips/freedoom1-E1M1 --episode e000003 --start 140 --frames 140
 #
 # OUT (default data/clips), STEPS (random-play steps per game; the explorer records half as many),
-# WORKERS (default 1: leaves a core free) and GG (default .venv/bin/gamengen) may be set.
+# WORKERS (default 1: leaves a core free), SEED_OFFSET (default 0; added to every seed below, for other
+# recordings of the same games) and GG (default .venv/bin/gamengen) may be set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GG=${GG:-.venv/bin/gamengen}
@@ -40,7 +41,7 @@ GAMES=(
 )
 
 record_game() {
-  local target=$1 seed=$2 steps=${STEPS:-$3}
+  local target=$1 seed=$(($2 + ${SEED_OFFSET:-0})) steps=${STEPS:-$3}
   local out="$OUT/${target//\//-}"
   local common=(--env "vizdoom:$target" --frame-skip 2 --events --labels --max-episode-steps 1000
                 --workers "$WORKERS" --out "$out")

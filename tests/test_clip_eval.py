@@ -254,6 +254,28 @@ def test_objects_in_view_read_from_the_caption_template():
     assert target.tolist() == [1, 1, 1, 0, 0] and known.tolist() == [True, True, True, False, True]
 
 
+def test_judge_data_trains_the_judge_and_leaves_the_evaluated_clips_as_they_were(root, tmp_path):
+    """--judge-data: another recording of a game, every clip of it in the judge's training set and none
+    evaluated; the evaluated clips, their prompts and noise are the same as without it."""
+    from gamengen.eval.clip_classifier import ClipClassifier
+
+    cli("record", "--env", "toy:cursor", "--resolution", "32x32", "--steps", "1500", "--seed", "7",
+        "--out", tmp_path / "store", check=True)
+    cli("curate", "--from", tmp_path / "store", "--out", tmp_path / "more", "--min-seconds", "2", "--min-motion", "0",
+        "--max-windows", "3", check=True)
+    cli("clip", "eval", "--model", root / "run" / "model", "--data", root / "cursor", "--data", root / "mirror",
+        "--judge-data", tmp_path / "more", "--classifier-clips", "1000", "--out", tmp_path / "ev", *EVAL, check=True)
+    a, b = report(root / "ev"), report(tmp_path / "ev")
+    assert [(c["dataset"], c["clip"], c["seed"]) for c in a["clips"]] == [(c["dataset"], c["clip"], c["seed"])
+                                                                          for c in b["clips"]]
+    more = next(d for d in b["datasets"] if d["path"] == str(tmp_path / "more"))
+    assert more["split_by"] == "judge" and more["heldout"] == 0 and more["classifier_train"] == more["clips"] > 0
+    assert b["classifier"]["config"]["max_train_clips"] == 1000
+    trained = {t["path"]: t for t in ClipClassifier.load(tmp_path / "ev").trained_on}
+    assert trained[str((tmp_path / "more").resolve())]["game"] == "toy:cursor"
+    assert len(trained[str((tmp_path / "more").resolve())]["clips"]) == more["clips"]
+
+
 def test_the_split_is_seeded_and_holds_out_whole_episodes(root):
     from gamengen.curate.dataset import ClipDataset
     from gamengen.eval.clip import split_clips
@@ -360,6 +382,11 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(root, tmp_path, capsys
         (ev(*ok, "--steps", "0"), "steps"),
         (ev(*ok, "--context", "6"), "--context 6"),
         (ev(*ok, "--context", "17"), "too short to continue from 17"),
+        (ev("--model", model, "--data", cursor, "--judge-data", mirror, "--out", tmp_path / "out"),
+         "which no --data dataset is"),
+        (ev(*ok, "--judge-data", cursor), "twice"),
+        (ev(*ok, "--judge-data", tmp_path / "short"), "differ"),
+        (ev(*ok, "--judge-data", tmp_path / "short", "--classifier", root / "ev"), "--judge-data trains the judge"),
     ]
     for args, word in cases:
         refused(args, capsys, monkeypatch, word)

@@ -107,7 +107,7 @@ def test_keys_steer_the_next_chunk_and_an_abandoned_chunk_changes_nothing(clip_r
     from gamengen.engine.clip import continue_clip
 
     c = fresh.config
-    whole = continue_clip(fresh.model, tail, PROMPT, fresh.seed + 1, c.steps, c.guidance)
+    whole = continue_clip(fresh.model, tail, PROMPT, fresh.seed + 1, c.steps, c.guidance, bf16=fresh.bf16)
     assert np.array_equal(whole[c.context:], plain) and np.array_equal(whole[-c.context:], fresh.tail)
     fresh2 = world(clip_run, instruct)
     fresh2.start(PROMPT, 0)
@@ -118,7 +118,8 @@ def test_keys_steer_the_next_chunk_and_an_abandoned_chunk_changes_nothing(clip_r
     from gamengen.engine.clip import Steering
 
     asked = continue_clip(fresh2.model, tail, PROMPT, fresh2.seed + 1, c.steps, c.guidance,
-                          steer=Steering(fresh2.instruct, ("RIGHT",), key_request("RIGHT"), guidance=c.control_guidance))
+                          steer=Steering(fresh2.instruct, ("RIGHT",), key_request("RIGHT"), guidance=c.control_guidance),
+                          bf16=fresh2.bf16)
     assert np.array_equal(asked[c.context:], steered)
     # control guidance (the default, 4) pushes the keys' effect further than none (1): a third branch
     # with the controls off
@@ -166,6 +167,24 @@ def test_bad_messages_close_only_their_socket(clip_server):
     assert asyncio.run(still_serves()) == "hello"
 
 
+def test_bf16_chunks_follow_the_fp32_world_and_are_used_where_the_cpu_has_bf16_units(clip_run, instruct):
+    """Clip play runs its networks under bf16 autocast by default only where the CPU has bf16 units
+    (elsewhere it is emulated, many times slower); the chunks it makes are fp32's, up to rounding."""
+    from gamengen.engine.clip_play import ClipPlayConfig, ClipWorld
+    from gamengen.precision import native_bf16
+
+    w = world(clip_run, instruct)
+    assert w.bf16 is (native_bf16() is True)
+    chunks = {}
+    for bf16 in (False, True):
+        v = ClipWorld(w.model, w.instruct, ClipPlayConfig(steps=STEPS, bf16=bf16))
+        assert v.bf16 is bf16
+        chunks[bf16] = [v.start(PROMPT, 0), v.next_chunk(("LEFT",)), v.next_chunk(("RIGHT",), "Light: dim.")]
+    for a, b in zip(chunks[False], chunks[True]):
+        diff = np.abs(a.astype(int) - b)
+        assert a.shape == b.shape and diff.mean() < 2 and diff.max() > 0, (diff.mean(), diff.max())
+
+
 def test_clip_play_bad_input_is_one_line_exit_2(clip_run, tmp_path):
     model = clip_run / "run" / "model"
     for args, what in ((["--context", "4"], "--context 4"), (["--model", tmp_path / "nothing"], "nothing"),
@@ -176,9 +195,9 @@ def test_clip_play_bad_input_is_one_line_exit_2(clip_run, tmp_path):
 
 def test_bench_clip_play_measures_key_to_visible_through_the_server(clip_run, instruct):
     res = cli("bench", "clip-play", "--model", clip_run / "run" / "model", "--instruct", instruct / "model",
-              "--steps", 2, "--presses", 3, "--control-guidance", 2, "--json", check=True)
+              "--steps", 2, "--presses", 3, "--control-guidance", 2, "--bf16", "--json", check=True)
     r = json.loads(res.stdout)
-    assert r["control_guidance"] == 2
+    assert r["control_guidance"] == 2 and r["precision"] == "bf16"
     assert len(r["samples_s"]) == 3 and all(s > 0 for s in r["samples_s"])
     assert r["key_to_visible_s"]["max"] >= r["key_to_visible_s"]["median"] > 0
     assert r["chunk_frames"] == 12 and r["euler_steps"] == 2

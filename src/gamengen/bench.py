@@ -14,7 +14,15 @@ from .record.recorder import RecordConfig, bench_env, record
 
 
 def machine() -> str:
-    return f"{platform.machine()}, {mp.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}"
+    """The CPU a figure was measured on: its kernels' instruction set and whether it has bf16 units
+    decide the speed as much as its cores (docs/performance.md)."""
+    import torch
+
+    from .precision import native_bf16
+
+    units = {True: "bf16 units", False: "no bf16 units", None: "bf16 units unknown"}[native_bf16()]
+    return (f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()} ({units}), {mp.cpu_count()} cores, "
+            f"{platform.python_implementation()} {platform.python_version()}")
 
 
 def bench_record(cfg: RecordConfig, report=lambda n: None) -> dict:
@@ -455,7 +463,7 @@ CLIP_PLAY_KEYS = (["ArrowLeft"], ["ArrowRight"], ["ArrowUp"], [], ["ArrowDown"],
 
 def bench_clip_play(model_dir, instruct_dir=None, prompt: str = "", presses: int = 6, steps: int | None = None,
                     guidance: float | None = None, context: int = 5, seed: int = 0,
-                    control_guidance: float | None = None,
+                    control_guidance: float | None = None, bf16: bool | None = None,
                     report=lambda n: None) -> dict:
     """Key-to-visible time through the real clip-play server on loopback, with a client that plays
     like the page: chunks are shown at the model's fps, each as soon as it has arrived and the one
@@ -477,10 +485,10 @@ def bench_clip_play(model_dir, instruct_dir=None, prompt: str = "", presses: int
     from .play.server import ServerConfig, unpack_frame
 
     model, instruct = on_compute(load_clip_play_models, model_dir, instruct_dir)  # as `clip play` does
-    cfg = ClipPlayConfig(guidance=guidance, context=context, seed=seed,  # None: clip play's defaults
+    cfg = ClipPlayConfig(guidance=guidance, context=context, seed=seed, bf16=bf16,  # None: clip play's defaults
                          **({} if steps is None else {"steps": steps}),
                          **({} if control_guidance is None else {"control_guidance": control_guidance}))
-    ClipWorld(model, instruct, cfg)  # a bad context or control guidance fails before the server starts
+    world = ClipWorld(model, instruct, cfg)  # a bad context or control guidance fails before the server starts
     keymap = Keymap.for_clips(model.meta.env_ids)
     player = ClipPlayer(lambda: ClipWorld(model, instruct, cfg), keymap, "bench", prompt, fps=model.meta.fps)
     config = ServerConfig(port=0)
@@ -537,7 +545,8 @@ def bench_clip_play(model_dir, instruct_dir=None, prompt: str = "", presses: int
     k = np.asarray(res["key_to_visible_s"])
     s = model.sampler
     return {"model": str(model_dir), "instruct": None if instruct_dir is None else str(instruct_dir),
-            "machine": machine(), "threads": torch.get_num_threads(), "fps": fps,
+            "machine": machine(), "threads": torch.get_num_threads(), "precision": "bf16" if world.bf16 else "fp32",
+            "fps": fps,
             "euler_steps": cfg.steps, "guidance": s.for_task(True)[0] if guidance is None else guidance,
             "control_guidance": cfg.control_guidance, "context_frames": context,
             "chunk_frames": res["hello"]["chunk_frames"], "presses": presses,

@@ -200,6 +200,8 @@ def bench_clip_play_cmd(
     guidance: Optional[float] = typer.Option(None, help="CFG weight (default: the model's; 1: one branch)."),
     context: int = typer.Option(5, help="Context frames per chunk (1 + 4k)."),
     control_guidance: float = CONTROL_GUIDANCE,
+    bf16: Optional[bool] = typer.Option(None, "--bf16/--fp32", help="As `clip play`'s (default: bf16 where the CPU "
+                                                                  "has bf16 units)."),
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Key press to visible effect in clip play, through the real server on loopback (`gamengen clip play`)."""
@@ -211,13 +213,13 @@ def bench_clip_play_cmd(
         raise UserError("--presses must be at least 1", "pass a positive number")
     with progress_bar("key changes", presses) as advance:
         res = bench_clip_play(model, instruct, EXAMPLE_PROMPT, presses, steps, guidance, context,
-                              control_guidance=control_guidance, report=advance)
+                              control_guidance=control_guidance, bf16=bf16, report=advance)
     if as_json:
         typer.echo(json.dumps(res, indent=2))
         return
     k = res["key_to_visible_s"]
     typer.echo(f"{res['model']}" + (f" + {res['instruct']}" if res["instruct"] else " (no InstructNet)") +
-               f"; {res['machine']}, {res['threads']} threads")
+               f"; {res['machine']}, {res['threads']} threads, {res['precision']}")
     typer.echo(f"  {res['euler_steps']} Euler steps, CFG weight {res['guidance']:g} (controls "
                f"{res['control_guidance']:g}), {res['context_frames']} context "
                f"frames -> {res['chunk_frames']} new frames per chunk at {res['fps']:g} fps")

@@ -339,6 +339,9 @@ def play(
     context: int = typer.Option(5, help="Frames each chunk continues from (1 + 4k): more keep the scene, fewer give "
                                         "more new frames per chunk."),
     control_guidance: float = CONTROL_GUIDANCE,
+    bf16: Optional[bool] = typer.Option(None, "--bf16/--fp32", help="Run the networks under bf16 autocast (default: "
+                                                                  "where the CPU has bf16 units; about a quarter "
+                                                                  "faster there, many times slower elsewhere)."),
     keymap: Optional[Path] = typer.Option(None, help="Keymap JSON (default: the model's game's own)."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on. Loopback unless you say otherwise."),
     port: int = typer.Option(8000, help="Port (0 picks a free one)."),
@@ -357,13 +360,14 @@ def play(
 
     config = ServerConfig(host=host, port=port, max_sessions=max_sessions, idle_timeout=idle_timeout)
     m, net = on_compute(load_clip_play_models, model, instruct)  # where the server will run them
-    cfg = ClipPlayConfig(guidance=guidance, context=context, control_guidance=control_guidance,
+    warn_slow_bf16(bool(bf16))
+    cfg = ClipPlayConfig(guidance=guidance, context=context, control_guidance=control_guidance, bf16=bf16,
                          **({} if steps is None else {"steps": steps}))
-    ClipWorld(m, net, cfg)  # a bad --context or --control-guidance fails here, before the server starts
+    world = ClipWorld(m, net, cfg)  # a bad --context or --control-guidance fails here, before the server starts
     km = Keymap.for_clips(m.meta.env_ids, keymap)
     info = {"model": model.name, "steps per chunk": cfg.steps,
             "guidance": m.sampler.for_task(True)[0] if guidance is None else guidance, "context": context,
-            "control guidance": control_guidance}
+            "control guidance": control_guidance, "precision": "bf16" if world.bf16 else "fp32"}
     player = ClipPlayer(lambda: ClipWorld(m, net, cfg), km, f"clip play: {model}", EXAMPLE_PROMPT, info,
                         m.meta.fps)
     run_server(lambda p: create_clip_app(player, config, p), config, open_browser)
@@ -382,6 +386,11 @@ def eval_(
     guidance: Optional[float] = typer.Option(None, help="CFG weight on the text (default: the model's; 1: none)."),
     classifier_steps: Optional[int] = typer.Option(None, help="Steps of the frame classifier trained here "
                                                               "(default 2000)."),
+    classifier_clips: Optional[int] = typer.Option(None, help="Training clips per game the classifier draws from "
+                                                              "(default 400)."),
+    judge_data: List[Path] = typer.Option([], "--judge-data", help="More clip datasets of the evaluated games (other "
+                                                                   "recordings), all for the judge to train on; "
+                                                                   "none of their clips is evaluated. Repeat it."),
     classifier: List[Path] = typer.Option([], "--classifier", help="Reuse the judge of an earlier `clip eval` (its "
                                                                     "--out folder); repeat it for a panel."),
     judges: int = typer.Option(1, help="Judges trained here, from seeds --seed + k, scoring as one panel by their "
@@ -411,11 +420,11 @@ def eval_(
     if classifier and judges != 1:
         raise UserError(f"--judges {judges} with --classifier: the judges given are the panel",
                         "leave out --judges, or --classifier to train the judges here")
-    changes = {"steps": classifier_steps} if classifier_steps is not None else {}
+    changes = {k: v for k, v in (("steps", classifier_steps), ("max_train_clips", classifier_clips)) if v is not None}
     cfg = ClipEvalConfig(clips_per_game, seed, steps, guidance, context_noise, chain, context,
                          i3d=str(i3d) if i3d else None, classifier=ClassifierConfig(seed=seed, **changes),
                          judges=judges)
-    inputs = check_inputs(model, list(data), out, cfg, classifier, instruct)
+    inputs = check_inputs(model, list(data), out, cfg, classifier, instruct, list(judge_data))
     res, pictures, clf = evaluate_clips(inputs, cfg, bar=progress_bar)
     write_results(out, res, pictures, clf, "gamengen " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     for line in summary(res):
@@ -443,7 +452,9 @@ def eval_control(
     instructions: str = typer.Option("short", help="short: the instruction holds the fields the request is about "
                                                    "(Act and Misc for a key, Trans and Light for an event); full: all "
                                                    "five INS fields, Env from the context's caption; none: no "
-                                                   "instruction (a key alone, as clip play sends one)."),
+                                                   "instruction (a key alone)."),
+    bf16: bool = typer.Option(False, "--bf16", help="Generate under bf16 autocast, as clip play does where the CPU "
+                                                    "has bf16 units."),
 ):
     """Character-control success (SR-C) against the real game: each context continued under each key,
     its flow's camera label against the real game's under the same key from the same state; and
@@ -464,8 +475,9 @@ def eval_control(
         from ..eval.clip_classifier import load_judge
 
         judge = load_judge(classifier)  # one judge or a panel; a UserError for a folder without one
+    warn_slow_bf16(bf16)
     cfg = ControlEvalConfig(contexts, tuple(keys), context_latents, seed, steps, guidance, control_guidance,
-                            instructions)
+                            instructions, bf16)
     with progress_bar("SR-C cases (keys a game lacks are skipped)", contexts * len(data) * len(keys)) as advance:
         res, strips = evaluate_control(m, net, list(data), cfg, report=advance)
     events = sum(event_rule(e, judge) is not None for d in data for e in Store.open(d).spec.events)

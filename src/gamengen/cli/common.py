@@ -51,15 +51,12 @@ def warn_slow_bf16(bf16: bool) -> None:
         return
     import torch
 
-    if torch.cuda.is_available():
+    from ..precision import native_bf16
+
+    if torch.cuda.is_available() or native_bf16() is not False:  # unknown: say nothing rather than guess
         return
-    try:
-        native = torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    except (AttributeError, RuntimeError):  # a torch without the query: say nothing rather than guess
-        return
-    if not native:
-        typer.echo(f"warning: this CPU ({torch.backends.cpu.get_cpu_capability()}) has no bf16 units, so --bf16 runs "
-                   "many times slower than fp32; leave --bf16 out here", err=True)
+    typer.echo(f"warning: this CPU ({torch.backends.cpu.get_cpu_capability()}) has no bf16 units, so --bf16 runs "
+               "many times slower than fp32; leave --bf16 out here", err=True)
 
 
 @contextmanager

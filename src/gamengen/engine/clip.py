@@ -20,6 +20,7 @@ from ..errors import UserError
 from ..models.clip_model import ClipModel
 from ..models.instruct_model import InstructModel
 from ..models.instructnet import ControlInputs, controlled, latent_keys
+from ..precision import bf16_autocast
 
 
 # The CFG weight on InstructNet's controls that every command uses unless told (ours, not the paper's):
@@ -146,29 +147,32 @@ def sample_latents(model: ClipModel, prompt: str, seed: int, context: torch.Tens
 def _sample(model: ClipModel, prompt: str, seed: int, context: torch.Tensor | None, steps: int | None,
             guidance: float | None, shift: float | None, steer: Steering | None = None,
             on_step: Callable[[], None] | None = None, last: int | None = None,
-            context_noise: float | None = None) -> np.ndarray:
-    """sample_latents, decoded: uint8 (F, H, W, 3), or its last ``last`` frames."""
-    x0 = sample_latents(model, prompt, seed, context, steps, guidance, shift, steer, on_step, context_noise)
-    F = model.meta.frames
-    return model.codec.decode_clip(x0[0], first=0 if last is None else F - last)  # (L, C, h, w) -> (F, H, W, 3)
+            context_noise: float | None = None, bf16: bool = False) -> np.ndarray:
+    """sample_latents, decoded: uint8 (F, H, W, 3), or its last ``last`` frames. ``bf16``: the networks
+    run under bf16 autocast (the Euler state stays fp32)."""
+    with bf16_autocast(bf16):
+        x0 = sample_latents(model, prompt, seed, context, steps, guidance, shift, steer, on_step, context_noise)
+        F = model.meta.frames
+        return model.codec.decode_clip(x0[0], first=0 if last is None else F - last)  # (L, C, h, w) -> (F, H, W, 3)
 
 
 def generate(model: ClipModel, prompt: str, seed: int = 0, steps: int | None = None, guidance: float | None = None,
-             shift: float | None = None, on_step: Callable[[], None] | None = None) -> np.ndarray:
-    """Text-to-clip: uint8 (F, H, W, 3) at the model's size. None takes the model's sampler setting."""
-    return _sample(model, prompt, seed, None, steps, guidance, shift, on_step=on_step)
+             shift: float | None = None, on_step: Callable[[], None] | None = None, bf16: bool = False) -> np.ndarray:
+    """Text-to-clip: uint8 (F, H, W, 3) at the model's size. None takes the model's sampler setting;
+    ``bf16``: run the networks under bf16 autocast (a CPU with bf16 units: precision.native_bf16)."""
+    return _sample(model, prompt, seed, None, steps, guidance, shift, on_step=on_step, bf16=bf16)
 
 
 def continue_clip(model: ClipModel, context_frames: np.ndarray, prompt: str, seed: int = 0, steps: int | None = None,
                   guidance: float | None = None, shift: float | None = None, steer: Steering | None = None,
                   on_step: Callable[[], None] | None = None, last: int | None = None,
-                  context_noise: float | None = None) -> np.ndarray:
+                  context_noise: float | None = None, bf16: bool = False) -> np.ndarray:
     """Continue uint8 frames (X, H, W, 3) -> uint8 (F, H, W, 3): the last 1 + 4k of the given frames
     (``context_frames_used``) are encoded and held clean, the rest is generated; the whole clip is
     decoded, so its first 1 + 4k frames are the codec's reconstruction of the context. ``steer``:
     InstructNet's keys, instruction and video prompt (§3.4). ``last``: only the clip's last frames are
     decoded and returned (1 to F). ``context_noise``: the flow time the context is shown at (None: the
-    model's sampler setting)."""
+    model's sampler setting). ``bf16``: as ``generate``'s."""
     frames = np.asarray(context_frames)
     m = model.meta
     if frames.ndim != 4 or frames.shape[1:] != (m.height, m.width, 3) or frames.dtype != np.uint8:
@@ -177,6 +181,6 @@ def continue_clip(model: ClipModel, context_frames: np.ndarray, prompt: str, see
     used = context_frames_used(model, len(frames))
     if last is not None and not 1 <= last <= m.frames:
         raise ValueError(f"last={last}: a clip has {m.frames} frames")
-    with torch.inference_mode():
-        context = model.codec.encode_clip(frames[-used:])  # (x, C, h, w), x = 1 + (used - 1) / 4
-    return _sample(model, prompt, seed, context, steps, guidance, shift, steer, on_step, last, context_noise)
+    with torch.inference_mode(), bf16_autocast(bf16):
+        context = model.codec.encode_clip(frames[-used:]).float()  # (x, C, h, w), x = 1 + (used - 1) / 4
+    return _sample(model, prompt, seed, context, steps, guidance, shift, steer, on_step, last, context_noise, bf16)

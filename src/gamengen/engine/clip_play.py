@@ -23,6 +23,7 @@ from ..data.captions import key_request
 from ..errors import UserError
 from ..models.clip_model import ClipModel
 from ..models.instruct_model import InstructModel
+from ..precision import native_bf16
 from .clip import CONTROL_GUIDANCE, Steering, check_context, check_control_guidance, continue_clip, generate
 
 
@@ -49,6 +50,10 @@ class ClipPlayConfig:
     # steered chunk (docs/gamegen_x.md, "Control guidance in play").
     control_guidance: float = CONTROL_GUIDANCE
     seed: int = 0
+    # bf16 autocast for the networks; None: where the CPU has bf16 units (elsewhere it is emulated, many
+    # times slower). On a 2-core AVX-512 EPYC it makes a steered chunk 1.4 s -> 1.0-1.2 s, its frames
+    # within ~49 dB PSNR of fp32's (docs/gamegen_x.md, "bf16 in play").
+    bf16: bool | None = None
 
 
 class ClipWorld:
@@ -59,6 +64,7 @@ class ClipWorld:
         c = self.config
         check_context(model, c.context)
         check_control_guidance(c.control_guidance)
+        self.bf16 = native_bf16() is True if c.bf16 is None else c.bf16
         self.prompt: str | None = None
         self.seed = c.seed
         self.chunk = 0  # chunks made since the last start
@@ -78,7 +84,7 @@ class ClipWorld:
         """A new world from text: uint8 (F, H, W, 3). A UserError for an empty or over-long prompt."""
         c = self.config
         seed = c.seed if seed is None else seed
-        frames = generate(self.model, prompt, seed, c.start_steps, c.guidance, on_step=on_step)
+        frames = generate(self.model, prompt, seed, c.start_steps, c.guidance, on_step=on_step, bf16=self.bf16)
         self.prompt, self.seed, self.chunk, self.tail = prompt, seed, 1, frames[-c.context:]
         return frames
 
@@ -101,6 +107,6 @@ class ClipWorld:
         # Only what is shown and what the next chunk continues from is decoded (the context's own
         # reconstruction is not shown).
         clip = continue_clip(self.model, self.tail, self.prompt, self.seed + self.chunk, c.steps, c.guidance,
-                             steer=steer, on_step=on_step, last=max(n, c.context))
+                             steer=steer, on_step=on_step, last=max(n, c.context), bf16=self.bf16)
         self.chunk, self.tail = self.chunk + 1, clip[-c.context:]
         return clip[-n:]

@@ -99,7 +99,7 @@ class Inputs:
     sets: list[ClipDataset]
     games: list[Game]
     labels: list[str]  # per dataset: its game (``game_label``)
-    split_by: list[str]  # per dataset: "episode", "clip" or "classifier" (an earlier eval's split)
+    split_by: list[str]  # per dataset: "episode", "clip", "classifier" (an earlier eval's split) or "judge" (--judge-data)
     classifier: ClipClassifier | JudgePanel | None  # given with --classifier (repeated: one panel)
     # An InstructNet trained beside the model (--instruct): the continuations run through it with no
     # control given (does attaching it, and no more, change the base's figures?).
@@ -121,9 +121,12 @@ def _fingerprint(ds: ClipDataset) -> str:
 
 
 def check_inputs(model_dir: Path, data: list[Path], out: Path, cfg: ClipEvalConfig,
-                 classifier_dir: Path | list[Path] | None = None, instruct_dir: Path | None = None) -> Inputs:
+                 classifier_dir: Path | list[Path] | None = None, instruct_dir: Path | None = None,
+                 judge_data: list[Path] = ()) -> Inputs:
     """Open and check everything; a UserError (one line) for anything wrong, before anything is written.
-    ``classifier_dir``: the judge of an earlier eval, or several, scoring as one panel."""
+    ``classifier_dir``: the judge of an earlier eval, or several, scoring as one panel. ``judge_data``:
+    more clip datasets of the same games whose clips all train the judge and none is evaluated (more
+    of each map for it to know; the evaluated clips stay those of ``data``)."""
     from ..models.clip_model import ClipModel
     from ..train.clip import open_datasets
 
@@ -137,12 +140,15 @@ def check_inputs(model_dir: Path, data: list[Path], out: Path, cfg: ClipEvalConf
         raise UserError(f"cannot write {out}: {parent} is {'not a folder' if not parent.is_dir() else 'read-only'}",
                         "pick a writable --out")
     meta, _ = ClipModel.read_meta(model_dir)
-    paths = [Path(p) for p in data]
+    paths, extra = [Path(p) for p in data], [Path(p) for p in judge_data]
     if not paths:
         raise UserError("clip eval needs a clip dataset (--data)", "pass one --data per game")
-    if len({p.resolve() for p in paths}) < len(paths):
-        raise UserError("a clip dataset is given twice (--data)", "pass each dataset once")
-    sets, _ = open_datasets(paths)
+    if len({p.resolve() for p in paths + extra}) < len(paths + extra):
+        raise UserError("a clip dataset is given twice (--data, --judge-data)", "pass each dataset once")
+    if extra and classifier_dir:
+        raise UserError("--judge-data trains the judge, and --classifier gives one already",
+                        "leave out --judge-data, or --classifier to train the judge here")
+    sets, _ = open_datasets(paths + extra)
     ds = sets[0]
     if (ds.clip_frames, ds.height, ds.width) != (meta.frames, meta.height, meta.width) or abs(ds.fps - meta.fps) > 1e-6:
         raise UserError(f"the clips in {paths[0]} are {ds.clip_frames} frames of {ds.width}x{ds.height} at "
@@ -155,12 +161,19 @@ def check_inputs(model_dir: Path, data: list[Path], out: Path, cfg: ClipEvalConf
     classifier = judge_panel([load_judge(d) for d in given]) if given else None
     games: dict[str, Game] = {}
     labels, split_by = [game_label(ds) for ds in sets], []
-    for d, (path, ds) in enumerate(zip(paths, sets)):
+    for d, (path, ds) in enumerate(zip(paths, sets[:len(paths)])):
         game = games.setdefault(labels[d], Game(labels[d]))
         train, held, by = _split(ds, path, classifier, cfg)
         game.train += [(d, i) for i in train]
         game.heldout += [(d, i) for i in held]
         split_by.append(by)
+    for d in range(len(paths), len(sets)):
+        if labels[d] not in games:
+            raise UserError(f"--judge-data {extra[d - len(paths)]} is of {labels[d]}, which no --data dataset is",
+                            "pass judge data of the evaluated games only")
+        games[labels[d]].train += [(d, i) for i in range(len(sets[d]))]
+        split_by.append("judge")
+    paths += extra
     for g in games.values():
         if not g.heldout or (classifier is None and not g.train):
             raise UserError(f"the game {g.label} has {len(g.train) + len(g.heldout)} clip(s): too few to train the "

@@ -56,6 +56,9 @@ class ControlEvalConfig:
     # (data/captions.request_instruction: Env from the context's caption, the rest from the request);
     # "none", no instruction (a key alone; an event then has nothing to ask for it).
     instructions: str = "short"
+    # bf16 autocast for the base's and the steered continuations, as clip play runs where the CPU has
+    # bf16 units (the codec ceiling stays fp32)
+    bf16: bool = False
 
     def __post_init__(self):
         from ..engine.clip import check_control_guidance
@@ -219,7 +222,7 @@ def contexts(model, store, cfg: ControlEvalConfig, rng, used: int, gen: int):
         fields = caption(store, rec, t - used + 1, t + 1)
         prompt = caption_text(fields)
         yield Context(rec.path, t, int(rec.meta["env_seed"]), frames, np.asarray(g["actions"][:t], np.int64), prompt,
-                      continue_clip(model, frames, prompt, cfg.seed, cfg.steps, cfg.guidance), fields)
+                      continue_clip(model, frames, prompt, cfg.seed, cfg.steps, cfg.guidance, bf16=cfg.bf16), fields)
 
 
 def evaluate_control(model, instruct, stores: list, cfg: ControlEvalConfig, report=lambda n: None) -> tuple[ControlResult, dict]:
@@ -251,7 +254,8 @@ def evaluate_control(model, instruct, stores: list, cfg: ControlEvalConfig, repo
                     real = hold(env, spec.action_set.names.index(key), gen, c.frames[-1])
                     buttons = key_buttons(spec.action_set, key)
                     steer = Steering(instruct, buttons, instruction(cfg, c, key), guidance=cfg.control_guidance)
-                    steered = continue_clip(model, c.frames, c.prompt, cfg.seed, cfg.steps, cfg.guidance, steer=steer)
+                    steered = continue_clip(model, c.frames, c.prompt, cfg.seed, cfg.steps, cfg.guidance, steer=steer,
+                                            bf16=cfg.bf16)
                     recon = through_codec(model, np.concatenate([c.frames, real[1:]]))
                     res.cases.append(Case(game, c.episode, c.t, key, camera_label(real), direction_label(steered[used - 1:]),
                                           base_label, direction_label(recon[used - 1:]), diverged))
@@ -350,7 +354,8 @@ def evaluate_events(model, instruct, stores: list, cfg: ControlEvalConfig, repor
                     real = np.concatenate([c.frames, hold(env, noop, gen, c.frames[-1])[1:]])
                     text = instruction(cfg, c, spec.action_set.names[noop], ev)
                     steered = continue_clip(model, c.frames, c.prompt, cfg.seed, cfg.steps, cfg.guidance,
-                                            steer=Steering(instruct, instruction=text, guidance=cfg.control_guidance))
+                                            steer=Steering(instruct, instruction=text, guidance=cfg.control_guidance),
+                                            bf16=cfg.bf16)
                     recon = through_codec(model, real)
                     cases.append(EventCase(spec.env_id, c.episode, c.t, ev.name, rule(real, used), rule(steered, used),
                                            rule(c.base, used), rule(recon, used), diverged))
