@@ -340,7 +340,7 @@ def play(
                                         "more new frames per chunk."),
     control_guidance: float = CONTROL_GUIDANCE,
     bf16: Optional[bool] = typer.Option(None, "--bf16/--fp32", help="Run the networks under bf16 autocast (default: "
-                                                                  "where the CPU has bf16 units; about a quarter "
+                                                                  "where the CPU has bf16 units; a chunk about a fifth "
                                                                   "faster there, many times slower elsewhere)."),
     keymap: Optional[Path] = typer.Option(None, help="Keymap JSON (default: the model's game's own)."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on. Loopback unless you say otherwise."),

@@ -51,8 +51,8 @@ class ClipPlayConfig:
     control_guidance: float = CONTROL_GUIDANCE
     seed: int = 0
     # bf16 autocast for the networks; None: where the CPU has bf16 units (elsewhere it is emulated, many
-    # times slower). On a 2-core AVX-512 EPYC it makes a steered chunk 1.4 s -> 1.0-1.2 s, its frames
-    # within ~49 dB PSNR of fp32's (docs/gamegen_x.md, "bf16 in play").
+    # times slower). On a 2-core AVX-512 EPYC a steered chunk takes 1.11 s instead of 1.33 s (median of
+    # five bench runs), its frames within 48-51 dB PSNR of fp32's (docs/gamegen_x.md, "bf16 in play").
     bf16: bool | None = None
 
 
