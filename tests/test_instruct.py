@@ -282,7 +282,13 @@ def test_control_use_scores_each_control_under_the_same_draws(clip_run, instruct
     assert with_prompt["canny prompt only, own"]["loss"] != with_prompt["canny prompt only, shuffled"]["loss"]
     assert cli("clip", "control-use", "--model", model, "--instruct", instruct / "model", "--batches", 2, "--json",
                check=True).stdout == res.stdout  # the same draws every time
+    # The GEN caption dropped, as training drops it a quarter of the time: the same draws, other losses.
+    no_text = json.loads(cli("clip", "control-use", "--model", model, "--instruct", instruct / "model", "--batches", 2,
+                             "--json", "--no-gen-text", check=True).stdout)
+    assert not no_text["gen_text"] and no_text["rows"]["own"]["loss"] != rows["own"]["loss"]
+    assert no_text["rows"]["base"]["loss"] != rows["base"]["loss"]
     for args, says in {("--cache", tmp_path / "none"): "no encoded clips",
+                       ("--event-share", "1"): "no clip here has one",  # the toy game fires no events
                        ("--batches", 1): "at least 2 batches",
                        ("--prompt-kind", "flow"): "not trained on flow prompts"}.items():
         bad = cli("clip", "control-use", "--model", model, "--instruct", instruct / "model", *args)

@@ -503,6 +503,10 @@ def control_use(
     prompt_kind: List[str] = typer.Option([], "--prompt-kind", help="Also score this video prompt alone, the clip's "
                                           "own and another's (a kind it trained on; encoded into the cache "
                                           "first, minutes a dataset); repeat it."),
+    event_share: float = typer.Option(0.0, help="Draw this share of clips from those with an in-game event, the "
+                                      "context ending before its effect shows: is the event's instruction read?"),
+    gen_text: bool = typer.Option(True, "--gen-text/--no-gen-text", help="Give the GEN caption (it describes the "
+                                  "frames to generate too) or drop it, as training drops it."),
     seed: int = typer.Option(0),
     as_json: bool = typer.Option(False, "--json"),
 ):
@@ -523,12 +527,14 @@ def control_use(
     cache = cache or instruct.parent / "cache"
     if not cache.is_dir():
         raise UserError(f"no encoded clips in {cache}", "pass --cache RUN/cache of the InstructNet's training run")
-    res = measure(m, net, clips, cache, batches=batches, seed=seed, prompts=tuple(prompt_kind))
+    res = measure(m, net, clips, cache, batches=batches, seed=seed, prompts=tuple(prompt_kind), event_share=event_share,
+                  gen_text=gen_text)
     if as_json:
         typer.echo(json.dumps(res, indent=2))
         return
     typer.echo(f"{res['clips']} clips ({res['with_keys']} with keys), {batches} batches of {res['batch_size']}; "
-               f"InstructNet of {res['instruct_steps']} steps")
+               f"InstructNet of {res['instruct_steps']} steps; event share {event_share:g}, GEN caption "
+               f"{'given' if gen_text else 'dropped'}")
     typer.echo(table(res))
 
 

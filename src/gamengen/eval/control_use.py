@@ -14,6 +14,13 @@ InstructNet trained on, under the same draws (clip, context length, t, noise), w
   if it does not read that one either, its path into the base, not the keys, is what is weak;
 - base: the frozen clip model alone.
 
+``event_share`` draws that share of the clips from those with an in-game event, the context ending
+before its effect shows (as `train-instruct --event-share`): there the instruction's Trans and Light
+fields say what the frames to generate do, so ``shuffled - own`` on them asks whether events are read.
+``gen_text=False`` drops the GEN caption, as `train-instruct --text-dropout` does: the GEN caption
+describes the whole clip, frames to generate included, so where it is given it can say what the
+controls say.
+
 ``shuffled - own`` is what the controls carry; ``base - none`` is what InstructNet adds as extra
 capacity for continuation, controls aside. A gap near zero with a large ``base - none`` is an
 InstructNet that learned to continue better but not to be steered. These are the clips it trained on:
@@ -34,7 +41,8 @@ from ..models.clip_model import ClipModel
 from ..models.instruct_model import InstructModel
 from ..models.instructnet import controlled
 from ..train.clip import open_datasets
-from ..train.instruct import InstructTrainConfig, batch_inputs, clip_controls, draw_sample, instruct_data
+from ..train.instruct import (InstructTrainConfig, batch_inputs, clip_controls, datasets_event_bounds, draw_sample,
+                              instruct_data)
 
 _off = dataclasses.replace
 # Each row's controls from (own, shuffled, off: a batch of False flags); None is the base alone.
@@ -50,7 +58,8 @@ DRAW_STEP = 10**9  # the draws' step index: far from any training step's draws
 
 
 def control_use(model: ClipModel, instruct: InstructModel, clips: list[Path], cache: Path, batches: int = 16,
-                batch_size: int = 8, seed: int = 0, prompts: tuple[str, ...] = ()) -> dict:
+                batch_size: int = 8, seed: int = 0, prompts: tuple[str, ...] = (), event_share: float = 0.0,
+                gen_text: bool = True) -> dict:
     """Mean flow loss per row of ROWS (and, per kind in ``prompts``, the prompt alone, own and shuffled)
     over ``batches`` batches, with each row's paired difference from ``own`` (mean and standard error
     over batches). A prompt kind not yet in ``cache`` is encoded there first (minutes a dataset)."""
@@ -66,7 +75,8 @@ def control_use(model: ClipModel, instruct: InstructModel, clips: list[Path], ca
         raise UserError(f"these clips' keys ({', '.join(controls[0])}) are not the InstructNet's "
                         f"({', '.join(instruct.meta.key_names)})", "pass the clip datasets it trained on")
     data = instruct_data(sets, captions, controls, model, cache, prompts)
-    cfg = InstructTrainConfig(prompts=[], seed=seed)
+    cfg = InstructTrainConfig(prompts=[], seed=seed, event_share=event_share)  # checks the share
+    bounds = datasets_event_bounds(sets, model.codec.vae.temporal_compression) if event_share > 0 else None
     shape = tuple(data.latents.shape[1:])
     cond = model.conditions(batch_size)
     steered = controlled(model.net, instruct.net)
@@ -75,9 +85,10 @@ def control_use(model: ClipModel, instruct: InstructModel, clips: list[Path], ca
     losses: dict[str, list[float]] = {r: [] for r, _ in ROWS}
     for b in range(batches):
         # Every sample gets keys and instruction (the instruction alone for a clip without keys) and its GEN text.
-        draws = [draw_sample(cfg, DRAW_STEP + b, i, len(data.latents), shape, data.has_keys) for i in range(batch_size)]
+        draws = [draw_sample(cfg, DRAW_STEP + b, i, len(data.latents), shape, data.has_keys, bounds=bounds)
+                 for i in range(batch_size)]
         draws = [dataclasses.replace(d, mode="keys" if data.has_keys[d.clip] else "instruction", instruction=True,
-                                     drop_text=False) for d in draws]
+                                     drop_text=not gen_text) for d in draws]
         z, noise, t, mask, text, text_mask, own = batch_inputs(draws, data, model.codec.vae.temporal_compression,
                                                                model.net.device)
         shuffled = dataclasses.replace(own, keys=own.keys[roll], instruction=own.instruction[roll],
@@ -107,7 +118,8 @@ def control_use(model: ClipModel, instruct: InstructModel, clips: list[Path], ca
         rows[row] = {"loss": float(np.mean(v)), "minus_own": float(d.mean()),
                      "minus_own_se": float(d.std(ddof=1) / np.sqrt(len(d)))}
     return {"rows": rows, "batches": batches, "batch_size": batch_size, "seed": seed,
-            "clips": int(len(data.latents)), "with_keys": int(data.has_keys.sum()),
+            "clips": int(len(data.latents)), "with_keys": int(data.has_keys.sum()), "event_share": event_share,
+            "gen_text": gen_text,
             "instruct_steps": instruct.meta.train_steps}
 
 

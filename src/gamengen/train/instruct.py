@@ -287,7 +287,7 @@ def instruct_data(sets: list[ClipDataset], captions: list[str], controls, base: 
                         cache_text(instructions, base.text, cache, stage))
 
 
-def _event_bounds(sets: list[ClipDataset], compression: int) -> np.ndarray:
+def datasets_event_bounds(sets: list[ClipDataset], compression: int) -> np.ndarray:
     """event_bounds of every clip, in dataset order; a UserError when no clip has an event."""
     bounds = np.concatenate([event_bounds([ds.meta(i)["captions"]["fields"].get("Trans", "") for i in range(len(ds))],
                                           ds.fps, ds.clip_frames, compression) for ds in sets])
@@ -346,7 +346,7 @@ def train_instruct(clips: list[str | Path], model: str | Path, out: str | Path, 
     controls = clip_controls(sets)
     names = controls[0]
     init = _init_net(cfg, base, names)  # before anything is written
-    bounds = _event_bounds(sets, base.codec.vae.temporal_compression) if cfg.event_share > 0 else None
+    bounds = datasets_event_bounds(sets, base.codec.vae.temporal_compression) if cfg.event_share > 0 else None
     data_paths = [str(c.resolve()) for c in clips]
     settings = {**dataclasses.asdict(cfg), "data": data_paths, "model": str(Path(model).resolve()), "base": base_key(base)}
     run = RunFolder(out, settings, keep=cfg.keep_checkpoints, may_change=MAY_CHANGE + ("init_steps",), upgrade=_upgrade)
