@@ -307,6 +307,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(clip_run, tmp_path):
         "unknown prompt": ([model, clips, "--prompt-kind", "pose"], "unknown video prompt kind"),
         "not a clip model": ([clip_run / "vae" / "model", clips], "not a clip model"),
         "no events to draw": ([model, clips, "--event-share", "0.5"], "no clip here has one"),
+        "text dropout above 1": ([model, clips, "--text-dropout", "1.5"], "text dropout"),
     }
     for name, (args, words) in cases.items():
         before = snapshot(tmp_path)

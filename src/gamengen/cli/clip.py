@@ -199,6 +199,9 @@ def train_instruct(
     timestep_mean: float = typer.Option(0.0, help="Mean of the logit-normal t draw; > 0 trains more near pure "
                                                   "noise, where the motion is decided (ours; see docs/gamegen_x.md)."),
     no_control: float = typer.Option(0.2, help="The share of samples given no control (§3.5: 20%)."),
+    text_dropout: float = typer.Option(0.25, help="The share of samples whose GEN caption is dropped (stage 1's "
+                                       "25%). It describes the whole clip, the frames to generate too, so where "
+                                       "it is given it says what the keys and events do (see docs/gamegen_x.md)."),
     recipe: List[str] = typer.Option([], "--recipe", help="MODE=SHARE for the controlled samples, repeated, modes "
                                      "keys, instruction, prompt, all (each with the instruction); a mode left out "
                                      "gets 0. Default §3.5's keys=0.3 instruction=0.3 prompt=0.3 all=0.1."),
@@ -215,7 +218,7 @@ def train_instruct(
 
     warn_slow_bf16(bf16)
     cfg = InstructTrainConfig(steps=steps, batch_size=batch_size, learning_rate=learning_rate, layers=layers,
-                              no_control=no_control, **({"recipe": parse_recipe(recipe)} if recipe else {}),
+                              no_control=no_control, text_dropout=text_dropout, **({"recipe": parse_recipe(recipe)} if recipe else {}),
                               prompts=list(prompts), context_noise=context_noise, instructions=instructions,
                               key_modulation=key_modulation, expert_lr_scale=expert_lr_scale,
                               key_change_share=key_change_share, event_share=event_share,
