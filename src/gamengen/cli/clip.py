@@ -218,7 +218,8 @@ def train_instruct(
 
     warn_slow_bf16(bf16)
     cfg = InstructTrainConfig(steps=steps, batch_size=batch_size, learning_rate=learning_rate, layers=layers,
-                              no_control=no_control, text_dropout=text_dropout, **({"recipe": parse_recipe(recipe)} if recipe else {}),
+                              no_control=no_control, text_dropout=text_dropout,
+                              **({"recipe": parse_recipe(recipe)} if recipe else {}),
                               prompts=list(prompts), context_noise=context_noise, instructions=instructions,
                               key_modulation=key_modulation, expert_lr_scale=expert_lr_scale,
                               key_change_share=key_change_share, event_share=event_share,

@@ -84,7 +84,8 @@ def control_use(model: ClipModel, instruct: InstructModel, clips: list[Path], ca
     off = torch.zeros(batch_size, dtype=torch.bool)
     losses: dict[str, list[float]] = {r: [] for r, _ in ROWS}
     for b in range(batches):
-        # Every sample gets keys and instruction (the instruction alone for a clip without keys) and its GEN text.
+        # Every sample gets keys and instruction (the instruction alone for a clip without keys) and, unless
+        # gen_text is off, its GEN text.
         draws = [draw_sample(cfg, DRAW_STEP + b, i, len(data.latents), shape, data.has_keys, bounds=bounds)
                  for i in range(batch_size)]
         draws = [dataclasses.replace(d, mode="keys" if data.has_keys[d.clip] else "instruction", instruction=True,
