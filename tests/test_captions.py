@@ -221,6 +221,44 @@ def test_mixing_event_and_label_settings_is_refused(tmp_path):
     assert res.returncode == 2 and "ViZDoom" in res.stderr and not (tmp_path / "toy").exists()
 
 
+def test_event_kinds_narrow_what_a_recording_fires(tmp_path):
+    """--event-kinds records a vocabulary of the named events only (the store keeps it, so its events
+    arrays index it, and a replay rebuilds it); resuming with another vocabulary, or an unknown name, is
+    one line and exit 2."""
+    from gamengen.eval.control import _env
+
+    store = tmp_path / "s"
+    base = ["record", "--env", E1M1, "--steps", "30", "--frame-skip", "2", "--out", store]
+    cli(*base, "--event-kinds", "radiation_suit, invulnerability", check=True)
+    spec = json.loads((store / "store.json").read_text())
+    assert [e["name"] for e in spec["events"]] == ["none", "invulnerability", "radiation_suit"]  # the vocabulary's order
+    before = snapshot(store)
+    for extra, words in ((("--events",), "events on (2 kinds, every 5-10 s) (store) vs on (21 kinds"),
+                         (("--event-kinds", "invulnerability,berserk"), "event vocabulary or period differs"),
+                         (("--event-kinds", "rain"), "unknown event kind 'rain'"),
+                         (("--event-kinds", " , "), "--event-kinds names no event"),
+                         (("--event-period", "2,4"), "--event-period is given with events off"),
+                         (("--events", "--event-period", "4"), "is not a (shortest, longest) gap"),
+                         (("--events", "--event-period", "2,x"), "bad --event-period '2,x'")):
+        res = cli(*base, "--seed", "1", *extra)
+        assert res.returncode == 2 and words in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+        assert snapshot(store) == before
+
+    kinds = ("berserk", "lights_dim")
+    out = tmp_path / "fast"
+    record(out, RecordConfig(env_id=E1M1, policy="random", steps=160, max_episode_steps=80, seed=3,
+                             env=EnvConfig(frame_skip=2, events=True, event_period_s=(0.5, 1.0), event_kinds=kinds)))
+    s = Store.open(out)
+    assert [e.name for e in s.spec.events] == ["none", *kinds]
+    fired = np.concatenate([read_events(s.open_episode(r)) for r in s.episodes()])
+    assert set(np.unique(fired)) == {0, 1, 2}, np.unique(fired)  # both kinds, nothing else
+    env = _env(s.spec)  # eval-control's replays rebuild the store's own vocabulary
+    try:
+        assert env.events == s.spec.events
+    finally:
+        env.close()
+
+
 def test_verify_and_export_cover_events_and_labels(tmp_path):
     """`data export` writes each step's event and the objects in view; `data verify` checks both
     arrays and finds an event index outside the store's vocabulary."""

@@ -232,8 +232,8 @@ def test_a_run_started_from_an_instructnet_goes_on_from_its_weights_and_steps(cl
             "--batch-size", 4, "--checkpoint-every", 5, "--init", instruct / "model"]
     weights = "instructnet/diffusion_pytorch_model.safetensors"
     # the 2-step run goes on with fewer prompt kinds (none: every kind goes through the one prompt embedding)
-    # and another control mix
-    for steps, more in ((0, ["--prompt-kind", "canny"]), (2, ["--recipe", "keys=1"])):
+    # and another control mix and loss
+    for steps, more in ((0, ["--prompt-kind", "canny"]), (2, ["--recipe", "keys=1", "--mean-loss", "3"])):
         out = tmp_path / f"run{steps}"
         shutil.copytree(instruct / "cache", out / "cache")
         cli(*args, *more, "--out", out, "--steps", steps, check=True)
@@ -241,6 +241,7 @@ def test_a_run_started_from_an_instructnet_goes_on_from_its_weights_and_steps(cl
         assert meta["train_steps"] == STEPS + steps
         assert meta["prompts"] == (["canny"] if steps == 0 else [])
         assert meta["training"]["recipe"]["keys"] == (0.3 if steps == 0 else 1)
+        assert meta["training"]["mean_loss"] == (0 if steps == 0 else 3)
         a, b = load_file(instruct / "model" / weights), load_file(out / "model" / weights)
         assert all(torch.equal(a[k], b[k]) for k in a) == (steps == 0)
     # The run keeps the steps its --init had when it began: that folder replaced by a longer-trained
@@ -308,6 +309,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(clip_run, tmp_path):
         "not a clip model": ([clip_run / "vae" / "model", clips], "not a clip model"),
         "no events to draw": ([model, clips, "--event-share", "0.5"], "no clip here has one"),
         "text dropout above 1": ([model, clips, "--text-dropout", "1.5"], "text dropout"),
+        "a negative mean loss weight": ([model, clips, "--mean-loss", "-1"], "mean loss weight"),
     }
     for name, (args, words) in cases.items():
         before = snapshot(tmp_path)

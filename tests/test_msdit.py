@@ -255,6 +255,17 @@ def test_flow_loss_only_counts_generated_frames():
                                      noise - z)  # noqa: E731
     assert flow_loss(exact, z, noise, t, mask).item() == pytest.approx(0.0, abs=1e-9)
 
+    # mean_weight: a shift of a frame's whole channel (a tint) costs 1 + w times as much; an error of zero
+    # spatial mean costs the same as without it
+    shift = torch.zeros(1, 1, 3, 1, 1)
+    shift[:, :, 1] = 3.0
+    assert flow_loss(lambda x, t: noise - z + shift * m, z, noise, t, mask, mean_weight=4.0).item() == \
+        pytest.approx(5 * 9 / 3)
+    checker = (torch.arange(5)[:, None] + torch.arange(5)).remainder(2).float() * 2 - 1  # +-1, mean 1/25
+    checker = checker - checker.mean()
+    plain = flow_loss(lambda x, t: noise - z + checker * m, z, noise, t, mask)
+    assert flow_loss(lambda x, t: noise - z + checker * m, z, noise, t, mask, mean_weight=4.0).item() == \
+        pytest.approx(plain.item(), rel=1e-5)
 
 def test_sample_t():
     draw = lambda kind, seed: sample_t(4096, torch.Generator().manual_seed(seed), kind)  # noqa: E731

@@ -198,6 +198,9 @@ def train_instruct(
                                                 "after the context (ours; see docs/gamegen_x.md)."),
     timestep_mean: float = typer.Option(0.0, help="Mean of the logit-normal t draw; > 0 trains more near pure "
                                                   "noise, where the motion is decided (ours; see docs/gamegen_x.md)."),
+    mean_loss: float = typer.Option(0.0, help="Each generated frame's error also pays this multiple of its spatial "
+                                              "mean's square: a tint or a light change costs more (ours; see "
+                                              "docs/gamegen_x.md)."),
     no_control: float = typer.Option(0.2, help="The share of samples given no control (§3.5: 20%)."),
     text_dropout: float = typer.Option(0.25, help="The share of samples whose GEN caption is dropped (stage 1's "
                                        "25%). It describes the whole clip, the frames to generate too, so where "
@@ -223,7 +226,7 @@ def train_instruct(
                               prompts=list(prompts), context_noise=context_noise, instructions=instructions,
                               key_modulation=key_modulation, expert_lr_scale=expert_lr_scale,
                               key_change_share=key_change_share, event_share=event_share,
-                              timestep_mean=timestep_mean,
+                              timestep_mean=timestep_mean, mean_loss=mean_loss,
                               init=str(init) if init else None, checkpoint_every=checkpoint_every,
                               seed=seed, max_minutes=max_minutes, bf16=bf16)
     last = [float("nan")]

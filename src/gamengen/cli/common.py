@@ -190,11 +190,25 @@ def run_server(make_app, config, open_browser: bool) -> None:
 
 
 def record_config(env, policy, steps, episodes, seed, workers, resolution, frame_skip, automap, max_episode_steps,
-                  labels: bool = False, events: bool = False):
+                  labels: bool = False, events: bool = False, event_kinds: str | None = None,
+                  event_period: str | None = None):
+    """``event_kinds``: comma-separated event names (turns events on), or None for every kind;
+    ``event_period``: "SHORTEST,LONGEST" seconds between events, or None for the paper's 5-10 s."""
     from ..record.recorder import RecordConfig
 
     h, w = parse_resolution(resolution)
+    kinds = tuple(k.strip() for k in (event_kinds or "").split(",") if k.strip())
+    if event_kinds is not None and not kinds:
+        raise UserError("--event-kinds names no event", "e.g. --event-kinds invulnerability,radiation_suit")
+    period = {}
+    if event_period is not None:
+        if not (events or kinds):
+            raise UserError("--event-period is given with events off", "add --events (or --event-kinds)")
+        try:
+            period = {"event_period_s": tuple(float(v) for v in event_period.split(","))}
+        except ValueError:
+            raise UserError(f"bad --event-period {event_period!r}", "write SHORTEST,LONGEST seconds, e.g. 5,10") from None
     return RecordConfig(env_id=env, policy=policy, steps=steps, episodes=episodes, seed=seed, workers=workers,
                         max_episode_steps=max_episode_steps,
                         env=EnvConfig(height=h, width=w, frame_skip=frame_skip, automap=automap, labels=labels,
-                                      events=events))
+                                      events=events or bool(kinds), event_kinds=kinds, **period))

@@ -30,6 +30,12 @@ def record(
     labels: bool = typer.Option(False, "--labels", help="ViZDoom: also store which objects are in view (for captions)."),
     events: bool = typer.Option(False, "--events", help="ViZDoom: fire in-game events (monsters, items, weapons, "
                                                         "lighting) every 5-10 s of game time, seeded per episode."),
+    event_kinds: Optional[str] = typer.Option(None, "--event-kinds",
+                                              help="ViZDoom: fire only these events, comma-separated (e.g. "
+                                                   "invulnerability,radiation_suit); turns --events on."),
+    event_period: Optional[str] = typer.Option(None, "--event-period",
+                                               help="ViZDoom: seconds of game time between events, SHORTEST,LONGEST "
+                                                    "(default 5,10, the paper's)."),
     max_episode_steps: int = typer.Option(1000, help="Cut (truncate) episodes at this length."),
     host: str = typer.Option("127.0.0.1", help="--policy human: address to listen on (loopback by default)."),
     port: int = typer.Option(8000, help="--policy human: port (0 picks a free one)."),
@@ -37,7 +43,7 @@ def record(
 ):
     """Play a game with a policy and write every step to a trajectory store. Re-run to resume."""
     if policy == "human":
-        if labels or events:
+        if labels or events or event_kinds is not None or event_period is not None:
             raise UserError("--labels and --events are not recorded in human play (the browser player)",
                             "drop them, or record with --policy random or scripted")
         from ..play.players import human_player
@@ -57,7 +63,7 @@ def record(
     from ..data.store import Store
 
     cfg = record_config(env, policy, steps, episodes, seed, workers, resolution, frame_skip, automap,
-                        max_episode_steps, labels, events)
+                        max_episode_steps, labels, events, event_kinds, event_period)
     total = steps if steps is not None else episodes
     done = progress_done(Store.open(out), cfg) if (out / "store.json").exists() else 0
     unit = "steps" if steps is not None else "episodes"

@@ -47,12 +47,20 @@ def noised(z: Tensor, noise: Tensor, t: Tensor, mask: Tensor,
 
 
 def flow_loss(model: VelocityModel, z: Tensor, noise: Tensor, t: Tensor, mask: Tensor,
-              context_t: Tensor | None = None) -> Tensor:
+              context_t: Tensor | None = None, mean_weight: float = 0.0) -> Tensor:
     """Scalar MSE between model(x_t, t) and the velocity noise - z, averaged over the elements of the
     generated frames only: context frames are given, not predicted (§3.3), so they cost nothing.
-    Shapes as in ``noised``."""
+    Shapes as in ``noised``.
+
+    ``mean_weight`` w (ours; 0 is the plain MSE): each frame's error also pays w times the square of its
+    spatial mean per channel, so a frame whose whole colour is off (a tint, a light change: a shift of
+    the latent's channel means) costs 1 + w times what the MSE alone charges it, while the rest of the
+    error costs the same."""
     x, t_frames = noised(z, noise, t, mask, context_t)
-    err = (model(x, t_frames) - (noise - z)).float().pow(2).mean(dim=(2, 3, 4))  # (B, F)
+    diff = (model(x, t_frames) - (noise - z)).float()  # (B, F, C, h, w)
+    err = diff.pow(2).mean(dim=(2, 3, 4))  # (B, F)
+    if mean_weight:
+        err = err + mean_weight * diff.mean(dim=(3, 4)).pow(2).mean(dim=2)
     err = torch.where(mask > 0, err, 0.0)  # where, not a product: a non-finite context output costs nothing too
     return err.sum() / mask.sum().clamp_min(1)
 

@@ -31,9 +31,14 @@ class EnvConfig:
     # ViZDoom only: fire in-game events (monsters, items, weapons, lighting) on a schedule drawn
     # from the episode's seed, as GameGen-X's local recordings change in-game events every
     # 5-10 s (§3.2, OGameData). ``event_period_s`` is that gap in seconds of game time; the CLI
-    # keeps the paper's 5-10 s, tests shorten it so short recordings hold several events.
+    # defaults to the paper's 5-10 s (`record --event-period`); tests shorten it so short recordings
+    # hold several events.
     events: bool = False
     event_period_s: tuple[float, float] = (5.0, 10.0)
+    # The event kinds the schedule draws from, by name (empty: the game's whole vocabulary). Ours: a
+    # recording of only the events that recolour the view gives each of them many clips, where the
+    # whole vocabulary leaves 14-19 clips to each (docs/gamegen_x.md, "Recordings of picture events").
+    event_kinds: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.height < 8 or self.width < 8:
@@ -45,6 +50,9 @@ class EnvConfig:
             raise UserError(f"event period {self.event_period_s} is not a (shortest, longest) gap in seconds",
                             "e.g. event_period_s=(5.0, 10.0)")
         self.event_period_s = period
+        self.event_kinds = tuple(str(k) for k in self.event_kinds)
+        if self.event_kinds and not self.events:
+            raise UserError("event kinds are given with events off", "turn events on (--events)")
 
 
 @dataclass(frozen=True)

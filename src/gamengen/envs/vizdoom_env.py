@@ -87,6 +87,18 @@ DOOM_EVENTS = (
     _ev("lights_dim", "r_visibility 2", "light", "the lighting dims: distant areas fall into darkness", "light<"),
     _ev("lights_bright", "r_visibility 32", "light", "the lighting brightens: distant areas are lit", "light>"),
 )
+
+
+def event_vocabulary(kinds: tuple[str, ...] = ()) -> tuple[GameEvent, ...]:
+    """The events a recording fires: DOOM_EVENTS, or those of them named in ``kinds``, in DOOM_EVENTS'
+    order (a store keeps its own vocabulary, so its events arrays index this)."""
+    names = [e.name for e in DOOM_EVENTS]
+    unknown = [k for k in kinds if k not in names]
+    if unknown:
+        raise UserError(f"unknown event kind {unknown[0]!r}", "use some of: " + ", ".join(names))
+    return tuple(e for e in DOOM_EVENTS if not kinds or e.name in kinds)
+
+
 DEFAULT_VISIBILITY = "r_visibility 8"  # ZDoom's default light fall-off, restored at every reset()
 PLAYER_LABEL = "DoomPlayer"  # the player's own body shows up in the labels now and then
 
@@ -122,6 +134,7 @@ class VizdoomEnv:
         self._vzd = vzd
         self.env_id = f"vizdoom:{target}"
         self.config = config
+        events: tuple[GameEvent, ...] = (NO_EVENT, *event_vocabulary(config.event_kinds)) if config.events else ()
         game = vzd.DoomGame()
         kind, _, name = target.partition("/")
         pkg = os.path.dirname(vzd.__file__)
@@ -190,7 +203,7 @@ class VizdoomEnv:
         self.fps = 35.0 / config.frame_skip  # DOOM runs at 35 tics per second
         self.game_version = f"vizdoom {vzd.__version__}"
         self.has_labels = config.labels
-        self.events: tuple[GameEvent, ...] = (NO_EVENT, *DOOM_EVENTS) if config.events else ()
+        self.events = events
         self._schedule = None
         self._next_event = (-1, 0)
         self._t = 0

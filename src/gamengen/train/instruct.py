@@ -78,6 +78,10 @@ class InstructTrainConfig:
     # al. 2024) shifts t toward noise in the same spirit for larger images.
     timestep_mean: float = 0.0
     timesteps: str = "logit_normal"
+    # The weight of the frames' mean error in the loss (diffusion/flow.flow_loss's mean_weight; ours): the
+    # lighting and tint events change little but the latent's channel means, which the plain MSE weighs
+    # as one element in h * w.
+    mean_loss: float = 0.0
     # An InstructNet folder trained beside the same clip model: a new run starts from its weights with a fresh
     # optimizer, and draws the batches its run would have drawn next (the steps count on from its own).
     init: str | None = None
@@ -96,9 +100,9 @@ class InstructTrainConfig:
         if self.layers is not None and self.layers < 1:
             raise UserError(f"--layers must be at least 1, got {self.layers}", "e.g. --layers 3")
         if not (0 <= self.no_control <= 1 and 0 <= self.text_dropout <= 1 and 0 <= self.key_change_share <= 1
-                and 0 <= self.event_share <= 1 and self.context_noise >= 0):
+                and 0 <= self.event_share <= 1 and self.context_noise >= 0 and self.mean_loss >= 0):
             raise UserError("the no-control share, text dropout, key-change and event shares must be in [0, 1], the "
-                            "context noise >= 0",
+                            "context noise and mean loss weight >= 0",
                             "fix the training settings")
         if set(self.recipe) != set(MODES[1:]) or min(self.recipe.values()) < 0 or not sum(self.recipe.values()) > 0:
             raise UserError(f"the control recipe needs shares >= 0 for {', '.join(MODES[1:])}", "fix the recipe")
@@ -330,7 +334,7 @@ def _init_net(cfg: InstructTrainConfig, base: ClipModel, names: list[str]) -> In
 def _upgrade(old: dict) -> None:
     """Settings of runs begun before a setting existed: its default then."""
     for k, v in (("instructions", True), ("key_modulation", False), ("expert_lr_scale", 1.0), ("key_change_share", 0.0),
-                 ("event_share", 0.0), ("timestep_mean", 0.0), ("init", None)):
+                 ("event_share", 0.0), ("timestep_mean", 0.0), ("mean_loss", 0.0), ("init", None)):
         old.setdefault(k, v)
 
 
@@ -387,7 +391,7 @@ def train_instruct(clips: list[str | Path], model: str | Path, out: str | Path, 
         z, noise, t, mask, text, text_mask, controls = batch_inputs(draws, data, r, device)
         kwargs = {"encoder_hidden_states": text, "encoder_attention_mask": text_mask, **cond, **controls.as_kwargs()}
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
-            return flow_loss(lambda x, tt: velocity(x, tt, **kwargs), z, noise, t, mask)
+            return flow_loss(lambda x, tt: velocity(x, tt, **kwargs), z, noise, t, mask, mean_weight=cfg.mean_loss)
 
     done = run_steps(run, net, opt, done, losses, cfg.steps, step_loss, report, grad_clip=cfg.grad_clip,
                      checkpoint_every=cfg.checkpoint_every, max_minutes=cfg.max_minutes)
@@ -398,7 +402,7 @@ def train_instruct(clips: list[str | Path], model: str | Path, out: str | Path, 
                          "context_noise": cfg.context_noise, "instructions": cfg.instructions, "learning_rate": cfg.learning_rate,
                          "key_modulation": cfg.key_modulation, "expert_lr_scale": cfg.expert_lr_scale,
                          "key_change_share": cfg.key_change_share, "event_share": cfg.event_share,
-                         "timestep_mean": cfg.timestep_mean,
+                         "timestep_mean": cfg.timestep_mean, "mean_loss": cfg.mean_loss,
                          "batch_size": cfg.batch_size, "layers": net.config.num_layers})
     result = InstructModel(net, meta)
     params = sum(p.numel() for p in net.parameters())
