@@ -37,7 +37,7 @@ class EnvConfig:
     event_period_s: tuple[float, float] = (5.0, 10.0)
     # The event kinds the schedule draws from, by name (empty: the game's whole vocabulary). Ours: a
     # recording of only the events that recolour the view gives each of them many clips, where the
-    # whole vocabulary leaves 14-19 clips to each (docs/gamegen_x.md, "Recordings of picture events").
+    # whole vocabulary leaves 13-19 clips to each (docs/gamegen_x.md, "Recordings of picture events").
     event_kinds: tuple[str, ...] = ()
 
     def __post_init__(self):

@@ -78,9 +78,9 @@ class InstructTrainConfig:
     # al. 2024) shifts t toward noise in the same spirit for larger images.
     timestep_mean: float = 0.0
     timesteps: str = "logit_normal"
-    # The weight of the frames' mean error in the loss (diffusion/flow.flow_loss's mean_weight; ours): the
-    # lighting and tint events change little but the latent's channel means, which the plain MSE weighs
-    # as one element in h * w.
+    # The weight of the frames' mean error in the loss (diffusion/flow.flow_loss's mean_weight; ours): a
+    # tint or light change moves mostly the latent's channel means, which the plain MSE weighs as one
+    # spatial frequency among h * w.
     mean_loss: float = 0.0
     # An InstructNet folder trained beside the same clip model: a new run starts from its weights with a fresh
     # optimizer, and draws the batches its run would have drawn next (the steps count on from its own).
