@@ -13,7 +13,7 @@
 #                                      # view), one every 2-4 s in episodes of 10 s, on the seven Freedoom
 #                                      # maps and my_way_home (5,000 random + 2,500 scripted steps each),
 #                                      # stores in data/picture-stores/<game>, curated (every window, scenes
-#                                      # from 2 s) into data/picture/<game>: ~100 event clips a kind
+#                                      # from 2 s) into data/picture/<game>: 63-113 event clips a kind
 #   scripts/cpu-issue19.sh instruct    # InstructNet beside MODEL (default models/clip-doom) on every
 #                                      # curated game, Canny and flow prompts, MINUTES (default 55), bf16;
 #                                      # in runs/instruct19 (prompt latents are encoded once, ~4 min a game);
