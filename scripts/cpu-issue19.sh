@@ -13,7 +13,9 @@
 #                                      # view), one every 2-4 s in episodes of 10 s, on the seven Freedoom
 #                                      # maps and my_way_home (5,000 random + 2,500 scripted steps each),
 #                                      # stores in data/picture-stores/<game>, curated (every window, scenes
-#                                      # from 2 s) into data/picture/<game>: 63-113 event clips a kind
+#                                      # from 2 s) into data/picture/<game>; every powerup is taken 1 s
+#                                      # before each event (--event-clear 1), so each event fires on an
+#                                      # untinted view
 #   scripts/cpu-issue19.sh instruct    # InstructNet beside MODEL (default models/clip-doom) on every
 #                                      # curated game, Canny and flow prompts, MINUTES (default 55), bf16;
 #                                      # in runs/instruct19 (prompt latents are encoded once, ~4 min a game);
@@ -68,7 +70,7 @@ case "${1:?usage: scripts/cpu-issue19.sh heldout|control|picture|instruct|eval}"
       read -r target seed <<<"$g"
       name=${target//\//-}
       common=(--env "vizdoom:$target" --frame-skip 2 --labels --event-kinds "$PICTURE_EVENTS" --event-period 2,4
-              --max-episode-steps 175 --workers 2 --out "data/picture-stores/$name")
+              --event-clear 1 --max-episode-steps 175 --workers 2 --out "data/picture-stores/$name")
       $GG record "${common[@]}" --policy random --seed "$seed" --steps 5000
       $GG record "${common[@]}" --policy scripted --seed "$((seed + 100))" --steps 2500
       [ -f "data/picture/$name/dataset.json" ] && continue  # curate writes its folder whole, so present = done

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import cli, snapshot
 from gamengen.data.captions import (GEN_FIELDS, INS_FIELDS, MAX_TOKENS, MAX_WORDS, Observed, caption, caption_text,
-                                    effect_seen, estimate_tokens, instruction_text, word_count)
+                                    effect_seen, estimate_tokens, instruction_text, picture_effect, word_count)
 from gamengen.data.store import Store, StoreSpec, read_events, read_labels
 from gamengen.envs import EnvConfig, make_env
 from gamengen.envs.base import event_array
@@ -257,6 +257,68 @@ def test_event_kinds_narrow_what_a_recording_fires(tmp_path):
         assert env.events == s.spec.events
     finally:
         env.close()
+
+
+def picture_events_seen(store: Store) -> tuple[int, int]:
+    """(light and tint events the captions' picture rule sees, all of them) over a store: the frame
+    before each against the mean of frames 3-6 after it."""
+    seen = total = 0
+    for rec in store.episodes():
+        g = store.open_episode(rec)
+        events, frames = read_events(g), g["frames"]
+        for t in np.nonzero(events)[0]:
+            effect = store.spec.events[events[t]].effect
+            if 1 <= t and t + 7 <= len(events):
+                before = np.asarray(frames[t - 1]).reshape(-1, 3).mean(0)
+                after = np.asarray(frames[t + 3:t + 7]).reshape(-1, 3).mean(0)
+                seen, total = seen + bool(picture_effect(effect, before, after)), total + 1
+    return seen, total
+
+
+def test_event_clear_ends_the_lasting_effects_before_each_event(tmp_path):
+    """--event-clear takes the powerups a moment before each event, so each tint fires on an untinted
+    view and shows: on the same seed and actions every tint event shows where, without it, the tints
+    stack and some do not. The store keeps the setting (a resume with another is refused) and a
+    replay rebuilds it and gives the recorded frames."""
+    from gamengen.eval.control import _env, replay
+
+    kinds = ("invulnerability", "radiation_suit", "berserk")
+    seen = {}
+    for clear in (None, 0.5):
+        out = tmp_path / f"clear-{clear}"
+        record(out, RecordConfig(env_id=E1M1, policy="random", steps=400, max_episode_steps=200, seed=3,
+                                 env=EnvConfig(frame_skip=2, events=True, event_period_s=(1.0, 1.5), event_kinds=kinds,
+                                               event_clear_s=clear)))
+        seen[clear] = picture_events_seen(Store.open(out))
+    assert seen[0.5][1] == seen[None][1] >= 12  # the same schedule
+    assert seen[0.5][0] == seen[0.5][1] > seen[None][0], seen
+
+    s = Store.open(out)
+    assert json.loads((out / "store.json").read_text())["event_clear_s"] == 0.5 and s.spec.event_clear_s == 0.5
+    rec = s.episodes()[0]
+    g = s.open_episode(rec)
+    env = _env(s.spec)  # eval-control's replay: the same clearing, so the same frames after it
+    try:
+        assert env.config.event_clear_s == 0.5
+        _, diverged = replay(env, rec.meta["env_seed"], np.asarray(g["actions"][:150]), np.asarray(g["frames"][150]))
+        assert not diverged
+    finally:
+        env.close()
+
+    store = tmp_path / "s"
+    base = ["record", "--env", E1M1, "--steps", "30", "--frame-skip", "2", "--out", store]
+    cli(*base, "--event-kinds", "berserk", "--event-period", "2,4", "--event-clear", "1", check=True)
+    before = snapshot(store)
+    for extra, words in ((("--event-kinds", "berserk", "--event-period", "2,4", "--event-clear", "0.5"),
+                          "event clearing 1 s before each event (store) vs 0.5 s before each event (this run)"),
+                         (("--event-kinds", "berserk", "--event-period", "2,4", "--event-clear", "3"),
+                          "under the shortest gap between events (2 s)"),
+                         (("--event-kinds", "berserk", "--event-period", "2,4"),
+                          "event clearing 1 s before each event (store) vs off (this run)"),
+                         (("--event-clear", "1",), "an event clearing time is given with events off")):
+        res = cli(*base, "--seed", "1", *extra)
+        assert res.returncode == 2 and words in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+        assert snapshot(store) == before
 
 
 def test_verify_and_export_cover_events_and_labels(tmp_path):

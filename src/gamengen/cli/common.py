@@ -191,9 +191,10 @@ def run_server(make_app, config, open_browser: bool) -> None:
 
 def record_config(env, policy, steps, episodes, seed, workers, resolution, frame_skip, automap, max_episode_steps,
                   labels: bool = False, events: bool = False, event_kinds: str | None = None,
-                  event_period: str | None = None):
+                  event_period: str | None = None, event_clear: float | None = None):
     """``event_kinds``: comma-separated event names (turns events on), or None for every kind;
-    ``event_period``: "SHORTEST,LONGEST" seconds between events, or None for the paper's 5-10 s."""
+    ``event_period``: "SHORTEST,LONGEST" seconds between events, or None for the paper's 5-10 s;
+    ``event_clear``: seconds before each event at which lasting effects end (EnvConfig.event_clear_s)."""
     from ..record.recorder import RecordConfig
 
     h, w = parse_resolution(resolution)
@@ -211,4 +212,5 @@ def record_config(env, policy, steps, episodes, seed, workers, resolution, frame
     return RecordConfig(env_id=env, policy=policy, steps=steps, episodes=episodes, seed=seed, workers=workers,
                         max_episode_steps=max_episode_steps,
                         env=EnvConfig(height=h, width=w, frame_skip=frame_skip, automap=automap, labels=labels,
-                                      events=events or bool(kinds), event_kinds=kinds, **period))
+                                      events=events or bool(kinds), event_kinds=kinds, event_clear_s=event_clear,
+                                      **period))

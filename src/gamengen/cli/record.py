@@ -36,6 +36,10 @@ def record(
     event_period: Optional[str] = typer.Option(None, "--event-period",
                                                help="ViZDoom: seconds of game time between events, SHORTEST,LONGEST "
                                                     "(default 5,10, the paper's)."),
+    event_clear: Optional[float] = typer.Option(None, "--event-clear",
+                                                help="ViZDoom: end every lasting picture effect (powerups, light "
+                                                     "fall-off) this many seconds before each event, so each "
+                                                     "event fires on an unaltered view (default: they last)."),
     max_episode_steps: int = typer.Option(1000, help="Cut (truncate) episodes at this length."),
     host: str = typer.Option("127.0.0.1", help="--policy human: address to listen on (loopback by default)."),
     port: int = typer.Option(8000, help="--policy human: port (0 picks a free one)."),
@@ -43,7 +47,7 @@ def record(
 ):
     """Play a game with a policy and write every step to a trajectory store. Re-run to resume."""
     if policy == "human":
-        if labels or events or event_kinds is not None or event_period is not None:
+        if labels or events or event_kinds is not None or event_period is not None or event_clear is not None:
             raise UserError("--labels and --events are not recorded in human play (the browser player)",
                             "drop them, or record with --policy random or scripted")
         from ..play.players import human_player
@@ -63,7 +67,7 @@ def record(
     from ..data.store import Store
 
     cfg = record_config(env, policy, steps, episodes, seed, workers, resolution, frame_skip, automap,
-                        max_episode_steps, labels, events, event_kinds, event_period)
+                        max_episode_steps, labels, events, event_kinds, event_period, event_clear)
     total = steps if steps is not None else episodes
     done = progress_done(Store.open(out), cfg) if (out / "store.json").exists() else 0
     unit = "steps" if steps is not None else "episodes"

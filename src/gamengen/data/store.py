@@ -63,9 +63,11 @@ class StoreSpec:
     compression_level: int = 1  # zstd level of the frame chunks
     labels: bool = False  # every episode has `labels` (objects in view) and attrs `label_names`
     # The fixed event vocabulary, NO_EVENT first, so `events[t] = k` names events[k]; empty: no
-    # events. event_period_s is the gap range the schedule drew from (envs.base.event_schedule).
+    # events. event_period_s is the gap range the schedule drew from (envs.base.event_schedule);
+    # event_clear_s, when set, how long before each event lasting effects were ended (EnvConfig's).
     events: tuple[GameEvent, ...] = ()
     event_period_s: tuple[float, float] | None = None
+    event_clear_s: float | None = None
 
     @property
     def version(self) -> int:
@@ -81,6 +83,8 @@ class StoreSpec:
         if self.events:
             d["events"] = [e.to_json() for e in self.events]
             d["event_period_s"] = list(self.event_period_s or ())
+            if self.event_clear_s is not None:
+                d["event_clear_s"] = self.event_clear_s
         return {"format": FORMAT, "version": self.version, **d}
 
     @classmethod
@@ -94,11 +98,12 @@ class StoreSpec:
             events = tuple(GameEvent.from_json(e) for e in d.get("events", ()))
             if events and events[0].name != "none":
                 raise ValueError("events[0] must be the 'none' event")
-            period = d.get("event_period_s")
+            period, clear = d.get("event_period_s"), d.get("event_clear_s")
             return cls(d["env_id"], int(d["height"]), int(d["width"]), ActionSet.from_json(d["action_set"]),
                        int(d["frame_skip"]), float(d["fps"]), tuple(d.get("variables", ())), tuple(d.get("images", ())),
                        int(d.get("compression_level", 1)), bool(d.get("labels", False)), events,
-                       tuple(float(v) for v in period) if events and period else None)
+                       tuple(float(v) for v in period) if events and period else None,
+                       float(clear) if events and clear is not None else None)
         except (KeyError, TypeError, ValueError) as e:
             raise UserError(f"{where} is missing or has a bad field ({e})", "restore store.json from a backup") from None
 
@@ -124,6 +129,11 @@ class StoreSpec:
                 return f"{what} {mine} (store) vs {theirs} (this run)"
         if self.events != other.events or self.event_period_s != other.event_period_s:
             return "event vocabulary or period differs between the store and this run"
+        if self.event_clear_s != other.event_clear_s:
+            def clear(spec: StoreSpec) -> str:
+                return "off" if spec.event_clear_s is None else f"{spec.event_clear_s:g} s before each event"
+
+            return f"event clearing {clear(self)} (store) vs {clear(other)} (this run)"
         return None
 
 
@@ -474,4 +484,4 @@ def spec_of(env, compression_level: int = 1, images: tuple[str, ...] | None = No
     events = tuple(getattr(env, "events", ()))
     return StoreSpec(env.env_id, c.height, c.width, env.action_set, c.frame_skip, env.fps,
                      tuple(env.variable_names), images, compression_level, bool(getattr(env, "has_labels", False)),
-                     events, tuple(c.event_period_s) if events else None)
+                     events, tuple(c.event_period_s) if events else None, c.event_clear_s if events else None)

@@ -100,6 +100,10 @@ def event_vocabulary(kinds: tuple[str, ...] = ()) -> tuple[GameEvent, ...]:
 
 
 DEFAULT_VISIBILITY = "r_visibility 8"  # ZDoom's default light fall-off, restored at every reset()
+# What EnvConfig.event_clear_s sends: the light and tint events' powerups taken (checked headless: each
+# take returns the view to its untinted colour in the next frames), the light fall-off restored.
+CLEAR_COMMANDS = ("take PowerLightAmp", "take PowerInvulnerable", "take PowerIronFeet", "take PowerStrength",
+                  DEFAULT_VISIBILITY)
 PLAYER_LABEL = "DoomPlayer"  # the player's own body shows up in the labels now and then
 
 
@@ -206,6 +210,7 @@ class VizdoomEnv:
         self.events = events
         self._schedule = None
         self._next_event = (-1, 0)
+        self._clear_at = -1  # the step at which lasting effects end before the next event (event_clear_s)
         self._t = 0
 
     def _observe(self, reward=0.0) -> Step:
@@ -236,17 +241,29 @@ class VizdoomEnv:
             self._game.send_game_command(DEFAULT_VISIBILITY)
             self._schedule = event_schedule(seed, self.fps, self.config.event_period_s, len(self.events) - 1)
             self._next_event = next(self._schedule)
+            self._clear_at = self._clearing(0)
         self._t = 0
         self._game.set_seed(int(seed) % (2**31))
         self._game.new_episode()
         return self._observe()
 
+    def _clearing(self, last_event: int) -> int:
+        """The step before the next event at which event_clear_s ends lasting effects (-1: never);
+        after the last event's step, so an event always shows for a while."""
+        if self.config.event_clear_s is None:
+            return -1
+        return max(last_event + 1, self._next_event[0] - round(self.config.event_clear_s * self.fps))
+
     def step(self, action: int) -> Step:
         event = 0
+        if self._t == self._clear_at:
+            for command in CLEAR_COMMANDS:
+                self._game.send_game_command(command)
         if self._t == self._next_event[0]:
             event = self._next_event[1]
             self.fire_event(event)
             self._next_event = next(self._schedule)
+            self._clear_at = self._clearing(self._t)
         reward = self._game.make_action(self._combos[action], self.config.frame_skip)
         self._t += 1
         step = self._observe(reward)

@@ -373,6 +373,7 @@ def _env(spec):
     return make_env(spec.env_id, EnvConfig(height=spec.height, width=spec.width, frame_skip=spec.frame_skip,
                                            labels=spec.labels, events=bool(spec.events),
                                            event_kinds=tuple(e.name for e in spec.events[1:]),
+                                           event_clear_s=spec.event_clear_s,
                                            **({"event_period_s": spec.event_period_s} if spec.event_period_s else {})))
 
 
