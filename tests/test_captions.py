@@ -295,6 +295,9 @@ def test_event_clear_ends_the_lasting_effects_before_each_event(tmp_path):
 
     s = Store.open(out)
     assert json.loads((out / "store.json").read_text())["event_clear_s"] == 0.5 and s.spec.event_clear_s == 0.5
+    info = json.loads(cli("data", "info", out, "--json", check=True).stdout)["events"]
+    assert info["every_s"] == [1.0, 1.5] and info["cleared_s_before"] == 0.5 and set(info["fired"]) == set(kinds)
+    assert sum(info["fired"].values()) >= seen[0.5][1]  # every event, seen or not, and those too near an end
     rec = s.episodes()[0]
     g = s.open_episode(rec)
     env = _env(s.spec)  # eval-control's replay: the same clearing, so the same frames after it

@@ -49,7 +49,19 @@ def store_info(store: Store) -> dict:
         "bytes_raw": raw,
         "compression_ratio": raw / disk if disk else None,
         "unlisted_folders": len(store.unlisted()),
+        **({"labels": True} if spec.labels else {}),
+        **({"events": _events_info(store, records)} if spec.events else {}),
     }
+
+
+def _events_info(store: Store, records: list[EpisodeRecord]) -> dict:
+    """How a store's events were fired, and how many of each kind its episodes hold."""
+    spec = store.spec
+    fired = Counter()
+    for rec in records:
+        fired.update(int(k) for k in read_events(store.open_episode(rec)) if k)
+    return {"every_s": list(spec.event_period_s or ()), "cleared_s_before": spec.event_clear_s,
+            "fired": {e.name: fired[k] for k, e in enumerate(spec.events) if k}}
 
 
 def preview_episode(store: Store, rec: EpisodeRecord, out: Path, start: int = 0, count: int = 300,
