@@ -267,11 +267,12 @@ def picture_events_seen(store: Store) -> tuple[int, int]:
         g = store.open_episode(rec)
         events, frames = read_events(g), g["frames"]
         for t in np.nonzero(events)[0]:
-            effect = store.spec.events[events[t]].effect
             if 1 <= t and t + 7 <= len(events):
                 before = np.asarray(frames[t - 1]).reshape(-1, 3).mean(0)
                 after = np.asarray(frames[t + 3:t + 7]).reshape(-1, 3).mean(0)
-                seen, total = seen + bool(picture_effect(effect, before, after)), total + 1
+                shown = picture_effect(store.spec.events[events[t]].effect, before, after)  # None: no picture rule
+                if shown is not None:
+                    seen, total = seen + shown, total + 1
     return seen, total
 
 
