@@ -14,7 +14,7 @@ import torch
 from conftest import INSTRUCT_STEPS as STEPS, cli, snapshot
 
 
-def base_and_net(seed: int = 0, key_modulation: bool = False):
+def base_and_net(seed: int = 0, modulation: str = ""):
     from gamengen.models.instructnet import InstructNet
     from gamengen.models.msdit import MSDIT_PRESETS, MSDiT
 
@@ -22,7 +22,8 @@ def base_and_net(seed: int = 0, key_modulation: bool = False):
     base = MSDiT(**MSDIT_PRESETS["tiny"]).eval().requires_grad_(False)
     for p in base.parameters():  # a base that is not the identity (a fresh MSDiT outputs zero)
         p.data += 0.05 * torch.randn_like(p)
-    return base, InstructNet.from_base(base, ["UP", "DOWN", "LEFT"], key_modulation=key_modulation)
+    return base, InstructNet.from_base(base, ["UP", "DOWN", "LEFT"], key_modulation=modulation == "keys",
+                                       instruction_modulation=modulation == "instruction")
 
 
 def inputs(B: int = 2, L: int = 3, C: int = 4, h: int = 5, w: int = 6, on: bool = True):
@@ -41,11 +42,14 @@ def call(model, x, t, controls):
     return model(x, t, encoder_hidden_states=text, **meta, **({} if controls is None else controls.as_kwargs()))
 
 
-@pytest.mark.parametrize("key_modulation", [False, True])
-def test_a_fresh_instructnet_leaves_the_base_as_it_was_and_learns_from_there(key_modulation):
+MODULATIONS = ["", "keys", "instruction"]  # InstructNet's optional modulation paths (none, --key-modulation, ...)
+
+
+@pytest.mark.parametrize("modulation", MODULATIONS)
+def test_a_fresh_instructnet_leaves_the_base_as_it_was_and_learns_from_there(modulation):
     from gamengen.models.instructnet import controlled
 
-    base, net = base_and_net(key_modulation=key_modulation)
+    base, net = base_and_net(modulation=modulation)
     assert net.config.num_layers == 1  # half the tiny base's 2 layers
     for mine, theirs in ((net.layers[0].spatial, base.spatial_blocks[0]), (net.layers[0].temporal, base.temporal_blocks[0])):
         assert all(torch.equal(a, b) for a, b in zip(mine.state_dict().values(), theirs.state_dict().values()))
@@ -59,21 +63,24 @@ def test_a_fresh_instructnet_leaves_the_base_as_it_was_and_learns_from_there(key
     assert all(p.grad is None for p in base.parameters())  # the base stays frozen
     experts = {id(p) for p in net.expert_parameters()}  # what --expert-lr-scale speeds up: the experts alone
     assert {id(p) for p in net.key_embed.parameters()} <= experts
+    if modulation == "instruction":
+        assert {id(p) for p in net.layers[0].instruction_affine.parameters()} <= experts
     blocks = [p for layer in net.layers for m in (layer.spatial, layer.temporal, layer.out) for p in m.parameters()]
     assert not experts & {id(p) for p in blocks}
 
 
-@pytest.mark.parametrize("key_modulation", [False, True])
-def test_each_control_reaches_the_output_and_is_off_exactly_when_not_given(key_modulation):
+@pytest.mark.parametrize("modulation", MODULATIONS)
+def test_each_control_reaches_the_output_and_is_off_exactly_when_not_given(modulation):
     from gamengen.models.instructnet import controlled
 
-    base, net = base_and_net(key_modulation=key_modulation)
+    base, net = base_and_net(modulation=modulation)
     for p in net.parameters():  # a trained-looking InstructNet: nothing at zero
         p.data += 0.05 * torch.randn_like(p)
-    if key_modulation:  # the keys must reach the output through the blocks' modulation alone
-        for layer in net.layers:
-            layer.key_affine[1].weight.data.zero_()
-            layer.key_affine[1].bias.data.zero_()
+    for layer in net.layers:  # a modulated control must reach the output through its modulation alone
+        if modulation:
+            path = layer.key_affine[1] if modulation == "keys" else layer.instruction.to_out[0]
+            path.weight.data.zero_()
+            path.bias.data.zero_()
     model = controlled(base, net)
     x, t = torch.randn(2, 3, 4, 5, 6), torch.rand(2, 3)
     off = inputs(on=False)
@@ -244,6 +251,18 @@ def test_a_run_started_from_an_instructnet_goes_on_from_its_weights_and_steps(cl
         assert meta["training"]["mean_loss"] == (0 if steps == 0 else 3)
         a, b = load_file(instruct / "model" / weights), load_file(out / "model" / weights)
         assert all(torch.equal(a[k], b[k]) for k in a) == (steps == 0)
+    # An --init without instruction modulation gains it at zero (the init's behaviour); an InstructNet with
+    # it refuses a run without it.
+    out = tmp_path / "modulated"
+    shutil.copytree(instruct / "cache", out / "cache")
+    cli(*args, "--instruction-modulation", "--out", out, "--steps", 0, check=True)
+    a, b = load_file(instruct / "model" / weights), load_file(out / "model" / weights)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    added = set(b) - set(a)
+    assert added and all(".instruction_affine." in k for k in added)
+    assert all(not b[k].any() for k in added if ".instruction_affine.1." in k)
+    bad = cli(*args[:-1], out / "model", "--out", tmp_path / "bad", "--steps", 1)
+    assert bad.returncode == 2 and "instruction modulation" in bad.stderr and not (tmp_path / "bad").exists(), bad.stderr
     # The run keeps the steps its --init had when it began: that folder replaced by a longer-trained
     # InstructNet (as bundling one does) neither counts its steps twice nor changes the run's draws.
     init, out, straight = tmp_path / "init", tmp_path / "resumed", tmp_path / "straight"

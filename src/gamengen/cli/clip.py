@@ -191,6 +191,9 @@ def train_instruct(
                                       "the instruction captions (the paper's \"w/o instruct captions\" ablation)."),
     key_modulation: bool = typer.Option(False, help="The keys also shift the adaLN modulation of InstructNet's "
                                                     "blocks (ours; see docs/gamegen_x.md)."),
+    instruction_modulation: bool = typer.Option(False, help="The instruction's pooled features also give an affine "
+                                                "modulation of InstructNet's latent, as the keys do (ours; see "
+                                                "docs/gamegen_x.md). An --init without it gains it at zero."),
     expert_lr_scale: float = typer.Option(1.0, help="The fusion experts learn at this multiple of the learning rate."),
     key_change_share: float = typer.Option(0.0, help="This share of the draws from clips whose keys change inside "
                                                      "them (ours; see docs/gamegen_x.md)."),
@@ -224,7 +227,8 @@ def train_instruct(
                               no_control=no_control, text_dropout=text_dropout,
                               **({"recipe": parse_recipe(recipe)} if recipe else {}),
                               prompts=list(prompts), context_noise=context_noise, instructions=instructions,
-                              key_modulation=key_modulation, expert_lr_scale=expert_lr_scale,
+                              key_modulation=key_modulation, instruction_modulation=instruction_modulation,
+                              expert_lr_scale=expert_lr_scale,
                               key_change_share=key_change_share, event_share=event_share,
                               timestep_mean=timestep_mean, mean_loss=mean_loss,
                               init=str(init) if init else None, checkpoint_every=checkpoint_every,

@@ -8,7 +8,8 @@ latent. Three kinds of control reach it:
 - keys (operation fusion expert): the keys pressed per frame -> MLP -> gamma, beta, an affine
   modulation of the normalised latent (§3.4's z^ = gamma(f_O) (z - mu) / sigma + beta(f_O));
 - an instruction (instruction fusion expert): cross-attention to the instruction caption's T5
-  features (the INS fields Env, Trans, Light, Act, Misc);
+  features (the INS fields Env, Trans, Light, Act, Misc); with ``instruction_modulation`` (ours) also
+  an affine modulation from the instruction's pooled features, as the keys' (see InstructNetLayer);
 - a video prompt (Canny edges or motion vectors, curate/prompts.py), encoded by the video VAE and added to the latent
   at InstructNet's input; optional at inference.
 
@@ -80,7 +81,7 @@ def latent_keys(held: torch.Tensor, compression: int) -> torch.Tensor:
 class InstructNetLayer(nn.Module):
     """One layer: the fusion experts, then a spatial and a temporal block (copies of the base's)."""
 
-    def __init__(self, width: int, heads: int, qk_norm: str):
+    def __init__(self, width: int, heads: int, qk_norm: str, instruction_modulation: bool = False):
         super().__init__()
         # Operation fusion expert (§3.4): gamma, beta from the key embedding, on the layer-normalised latent.
         self.key_norm = nn.LayerNorm(width, elementwise_affine=False, eps=1e-6)
@@ -89,25 +90,37 @@ class InstructNetLayer(nn.Module):
         self.instruction_norm = nn.LayerNorm(width, eps=1e-6)
         self.instruction = Attention(width, cross_attention_dim=width, heads=heads, dim_head=width // heads,
                                      qk_norm=qk_norm, eps=1e-6, bias=True, processor=RopeAttnProcessor())
+        # instruction_modulation (ours, beside §3.4's cross-attention): gamma, beta from the instruction's pooled
+        # features on the same normalised latent as the keys'. An event's tint or light change is a shift of
+        # the whole frame's colour, which an affine of every token says in one step, where cross-attention must
+        # first learn to find the event's few words among the caption's ~35 tokens (docs/gamegen_x.md).
+        self.instruction_affine = nn.Sequential(nn.SiLU(), nn.Linear(width, 2 * width)) if instruction_modulation else None
         self.spatial = MSDiTBlock(width, heads, "spatial", qk_norm)
         self.temporal = MSDiTBlock(width, heads, "temporal", qk_norm)
         self.out = nn.Linear(width, width)  # into the base's token stream; zero at first (ControlNet)
-        for m in (self.key_affine[1], self.instruction.to_out[0], self.out):
+        zero = [self.key_affine[1], self.instruction.to_out[0], self.out]
+        zero += [self.instruction_affine[1]] if self.instruction_affine is not None else []
+        for m in zero:
             nn.init.zeros_(m.weight)
             nn.init.zeros_(m.bias)
 
     def forward(self, h: torch.Tensor, base: BaseState, key_emb: torch.Tensor, has_keys: torch.Tensor,
                 instruction: torch.Tensor, instruction_mask: torch.Tensor, has_instruction: torch.Tensor,
-                run_block, mod: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                run_block, mod: torch.Tensor, instruction_emb: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """h (B, F, S, D); key_emb (B, F, D); instruction (B, Li, D); mod (B, F, 6, D) the blocks'
-        modulation -> (h, residual (B, F, S, D))."""
+        modulation; instruction_emb (B, D) the pooled instruction (with instruction_modulation) -> (h,
+        residual (B, F, S, D))."""
         B, T, S, D = h.shape
         gamma, beta = self.key_affine(key_emb).unsqueeze(2).chunk(2, dim=-1)  # (B, F, 1, D) each
         on = has_keys.to(h.dtype)[:, None, None, None]
         h = h + on * (gamma * self.key_norm(h) + beta)
         read = self.instruction(self.instruction_norm(h).reshape(B, T * S, D), instruction,
                                 attention_mask=instruction_mask).view(B, T, S, D)
-        h = h + has_instruction.to(h.dtype)[:, None, None, None] * read
+        said = has_instruction.to(h.dtype)[:, None, None, None]
+        h = h + said * read
+        if self.instruction_affine is not None:
+            g, b = self.instruction_affine(instruction_emb)[:, None, None].chunk(2, dim=-1)  # (B, 1, 1, D) each
+            h = h + said * (g * self.key_norm(h) + b)
         h = run_block(self.spatial, h, mod, base.text, base.text_mask, base.rope_spatial)
         h = run_block(self.temporal, h, mod, base.text, base.text_mask, base.rope_temporal)
         return h, self.out(h)
@@ -119,7 +132,7 @@ class InstructNet(ModelMixin, ConfigMixin):
     @register_to_config
     def __init__(self, hidden_size: int = 1152, num_layers: int = 14, num_heads: int = 16, latent_channels: int = 4,
                  patch_size: int = 2, text_dim: int = 4096, key_names: tuple[str, ...] = (), qk_norm: str = "rms_norm",
-                 key_modulation: bool = False):
+                 key_modulation: bool = False, instruction_modulation: bool = False):
         super().__init__()
         D, p = hidden_size, patch_size
         if not key_names:
@@ -137,11 +150,12 @@ class InstructNet(ModelMixin, ConfigMixin):
         self.prompt_embed = nn.Conv2d(latent_channels, D, kernel_size=p, stride=p)
         nn.init.zeros_(self.prompt_embed.weight)
         nn.init.zeros_(self.prompt_embed.bias)
-        self.layers = nn.ModuleList(InstructNetLayer(D, num_heads, qk_norm) for _ in range(num_layers))
+        self.layers = nn.ModuleList(InstructNetLayer(D, num_heads, qk_norm, instruction_modulation)
+                                    for _ in range(num_layers))
 
     @classmethod
     def from_base(cls, base: MSDiT, key_names: list[str], num_layers: int | None = None,
-                  key_modulation: bool = False) -> "InstructNet":
+                  key_modulation: bool = False, instruction_modulation: bool = False) -> "InstructNet":
         """An InstructNet for ``base``: its width, heads and latents, ``num_layers`` (default half the
         base's) layers whose blocks start as copies of the base's first ones (ControlNet's init)."""
         c = base.config
@@ -150,7 +164,7 @@ class InstructNet(ModelMixin, ConfigMixin):
             raise ValueError(f"InstructNet layers must be 1..{c.num_layers}, got {n}")
         net = cls(hidden_size=c.hidden_size, num_layers=n, num_heads=c.num_heads, latent_channels=c.latent_channels,
                   patch_size=c.patch_size, text_dim=c.text_dim, key_names=tuple(key_names), qk_norm=c.qk_norm,
-                  key_modulation=key_modulation)
+                  key_modulation=key_modulation, instruction_modulation=instruction_modulation)
         for layer, spatial, temporal in zip(net.layers, base.spatial_blocks, base.temporal_blocks):
             layer.spatial.load_state_dict(copy.deepcopy(spatial.state_dict()))
             layer.temporal.load_state_dict(copy.deepcopy(temporal.state_dict()))
@@ -186,10 +200,14 @@ class InstructNet(ModelMixin, ConfigMixin):
                 mod = mod + on * self.key_mod(key_emb).unflatten(-1, (6, -1))
             instruction = self.instruction_proj(inputs.instruction.to(dtype))  # (B, Li, D)
             mask = inputs.instruction_mask | ~inputs.instruction_mask.any(-1, keepdim=True)  # never an all-masked row
+            pooled = None
+            if self.config.instruction_modulation:  # the mean of the instruction's tokens (B, D)
+                w = mask.to(dtype).unsqueeze(-1)
+                pooled = (instruction * w).sum(1) / w.sum(1)
             out = []
             for layer in self.layers:
                 x, r = layer(x, base, key_emb, inputs.has_keys, instruction, mask, inputs.has_instruction, run_block,
-                             mod)
+                             mod, pooled)
                 out.append(r)
             return out
 
@@ -201,6 +219,7 @@ class InstructNet(ModelMixin, ConfigMixin):
         mods = [self.key_embed, self.instruction_proj, self.prompt_embed]
         mods += [self.key_mod] if self.key_mod is not None else []
         mods += [m for layer in self.layers for m in (layer.key_affine, layer.instruction_norm, layer.instruction)]
+        mods += [layer.instruction_affine for layer in self.layers if layer.instruction_affine is not None]
         return [p for m in mods for p in m.parameters()]
 
 

@@ -67,6 +67,9 @@ class InstructTrainConfig:
     instructions: bool = True
     # Levers against an InstructNet that ignores its controls (docs/gamegen_x.md, "Why no control"), ours:
     key_modulation: bool = False  # the keys also shift the adaLN modulation of InstructNet's blocks
+    # The instruction's pooled features also give an affine of each layer's latent, as the keys do
+    # (models/instructnet.py). An --init without it gains it at zero, so the run starts from its behaviour.
+    instruction_modulation: bool = False
     expert_lr_scale: float = 1.0  # the fusion experts learn at this multiple of the learning rate
     key_change_share: float = 0.0  # this share of draws from clips whose keys change inside them (key_changes)
     # This share of draws from clips where an in-game event fires, their context ending before its effect
@@ -324,6 +327,9 @@ def _init_net(cfg: InstructTrainConfig, base: ClipModel, names: list[str]) -> In
             raise UserError(f"the InstructNet in {cfg.init} has {what} {b}, this run {a}",
                             "pass the same --layers and --key-modulation as its run, on clips with the same keys, "
                             "or leave --init out")
+    if init.net.config.instruction_modulation and not cfg.instruction_modulation:
+        raise UserError(f"the InstructNet in {cfg.init} has instruction modulation, this run not",
+                        "pass --instruction-modulation, or leave --init out")
     if not set(cfg.prompts) <= set(init.meta.prompts):
         raise UserError(f"the InstructNet in {cfg.init} never trained on the video prompt kinds "
                         f"{sorted(set(cfg.prompts) - set(init.meta.prompts))}",
@@ -333,7 +339,7 @@ def _init_net(cfg: InstructTrainConfig, base: ClipModel, names: list[str]) -> In
 
 def _upgrade(old: dict) -> None:
     """Settings of runs begun before a setting existed: its default then."""
-    for k, v in (("instructions", True), ("key_modulation", False), ("expert_lr_scale", 1.0), ("key_change_share", 0.0),
+    for k, v in (("instructions", True), ("key_modulation", False), ("instruction_modulation", False), ("expert_lr_scale", 1.0), ("key_change_share", 0.0),
                  ("event_share", 0.0), ("timestep_mean", 0.0), ("mean_loss", 0.0), ("init", None)):
         old.setdefault(k, v)
 
@@ -367,9 +373,11 @@ def train_instruct(clips: list[str | Path], model: str | Path, out: str | Path, 
     data = instruct_data(sets, captions, controls, base, out / "cache", cfg.prompts, stage)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
-        net = InstructNet.from_base(base.net, names, cfg.layers, cfg.key_modulation)
-    if init is not None:
-        net.load_state_dict(init.net.state_dict())  # a resumed run then loads its own checkpoint over it
+        net = InstructNet.from_base(base.net, names, cfg.layers, cfg.key_modulation, cfg.instruction_modulation)
+    if init is not None:  # a resumed run then loads its own checkpoint over it
+        missing, unexpected = net.load_state_dict(init.net.state_dict(), strict=False)
+        # Only the instruction modulation an --init lacks may stay as built (zero: the init's behaviour).
+        assert not unexpected and all(".instruction_affine." in k for k in missing), (missing, unexpected)
         del init
     net.to(device).train()
     groups: list = [{"params": list(net.parameters())}]
@@ -400,7 +408,8 @@ def train_instruct(clips: list[str | Path], model: str | Path, out: str | Path, 
     meta = InstructMeta(base_key(base), str(Path(model)), names, list(cfg.prompts), init_steps + done, dataset,
                         {"no_control": cfg.no_control, "recipe": cfg.recipe, "text_dropout": cfg.text_dropout,
                          "context_noise": cfg.context_noise, "instructions": cfg.instructions, "learning_rate": cfg.learning_rate,
-                         "key_modulation": cfg.key_modulation, "expert_lr_scale": cfg.expert_lr_scale,
+                         "key_modulation": cfg.key_modulation, "instruction_modulation": cfg.instruction_modulation,
+                         "expert_lr_scale": cfg.expert_lr_scale,
                          "key_change_share": cfg.key_change_share, "event_share": cfg.event_share,
                          "timestep_mean": cfg.timestep_mean, "mean_loss": cfg.mean_loss,
                          "batch_size": cfg.batch_size, "layers": net.config.num_layers})
