@@ -339,8 +339,9 @@ def _init_net(cfg: InstructTrainConfig, base: ClipModel, names: list[str]) -> In
 
 def _upgrade(old: dict) -> None:
     """Settings of runs begun before a setting existed: its default then."""
-    for k, v in (("instructions", True), ("key_modulation", False), ("instruction_modulation", False), ("expert_lr_scale", 1.0), ("key_change_share", 0.0),
-                 ("event_share", 0.0), ("timestep_mean", 0.0), ("mean_loss", 0.0), ("init", None)):
+    for k, v in (("instructions", True), ("key_modulation", False), ("instruction_modulation", False),
+                 ("expert_lr_scale", 1.0), ("key_change_share", 0.0), ("event_share", 0.0), ("timestep_mean", 0.0),
+                 ("mean_loss", 0.0), ("init", None)):
         old.setdefault(k, v)
 
 
