@@ -16,7 +16,8 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 venv: $(VENV)/.installed
 
 # Two workers, one per core; a worker runs whole test files (--dist loadfile), so a file's fixtures
-# are built once. Session fixtures are built once per worker.
+# are built once. Session fixtures are built once per run (tests/conftest.py, built_once), and the
+# workers share the cores: one compute thread each here (conftest sets OMP_NUM_THREADS).
 test: venv
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
 

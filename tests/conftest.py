@@ -14,6 +14,13 @@ from pathlib import Path
 
 import pytest
 
+# A compute thread per core, shared between the xdist workers. Left alone, each worker and each CLI
+# it starts takes torch's default of one thread per core, so `make test`'s two workers ran four
+# threads on two cores. Set here, before any test module loads torch, and inherited by the CLI's
+# subprocesses; a value the user set wins.
+_cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))))
+
 
 def cli(*args, check: bool = False, timeout: float = 600, **kw) -> subprocess.CompletedProcess:
     """Run `gamengen ARGS` as a user would, capturing output."""
