@@ -394,7 +394,7 @@ def test_distilled_student_makes_the_teachers_frames_in_one_step(toy, toy_model,
         errors["teacher in 1 step"].append(float((one_step.latents[-1] - teacher.latents[-1]).pow(2).mean()))
     means = {k: float(np.mean(v)) for k, v in errors.items()}
     # measured 0.56 of the one-step teacher's error with one compute thread (below 0.5 with two): a
-    # student that learned nothing starts from the teacher's weights and errs as the teacher in 1 step
+    # student that learned nothing starts from the teacher's weights and errs about as the teacher in 1 step
     assert means["student"] < 0.7 * means["teacher in 1 step"], means
 
     fast = NeuralWorld(tmp_path / "whole" / "model")  # the unguided frame graph: one branch, no CFG
